@@ -1,0 +1,169 @@
+"""Metrics exactly as the project defines them (see README, "Metrics").
+
+Arrays are the stored `iterations` records, shape (n_ranks, n_iterations); every function
+is vectorised over ranks and iterations and uses the timed (non-warm-up) iterations only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+from hpcbench.spec import Point
+from hpcbench.store.schema import COMPUTE_PHASES, PHASES
+
+CV_WARNING = 0.10  # coefficient of variation of iteration times above which a number is shaky
+MIN_TIMED = 10
+
+
+def timed(iterations: np.ndarray) -> np.ndarray:
+    """The non-warm-up iterations (a column is warm-up if any rank flagged it)."""
+    keep = ~iterations["warmup"].any(axis=0)
+    return iterations[:, keep]
+
+
+def step_times(iterations: np.ndarray) -> np.ndarray:
+    """Per timed iteration, the slowest rank's t_end - t_start: shape (n_timed,)."""
+    t = timed(iterations)
+    return np.asarray((t["t_end"] - t["t_start"]).max(axis=0))
+
+
+def t_iter(iterations: np.ndarray) -> float:
+    """Median over timed iterations of the max over ranks of the iteration time (seconds)."""
+    times = step_times(iterations)
+    return float(np.median(times)) if times.size else float("nan")
+
+
+def throughput(n_ranks: int, batch_size: int, t_iteration: float) -> float:
+    """Samples per second, N * b / t_iter."""
+    return n_ranks * batch_size / t_iteration
+
+
+def compute_time(iterations: np.ndarray) -> np.ndarray:
+    """Per rank and timed iteration, the time not spent waiting in communication."""
+    t = timed(iterations)
+    return np.asarray(sum(t[phase] for phase in COMPUTE_PHASES))
+
+
+def load_imbalance(iterations: np.ndarray) -> tuple[float, float]:
+    """(LIF, excess): means over timed iterations of max_r c / mean_r c and (max_r c - mean_r c) / mean_r c."""
+    c = compute_time(iterations)
+    mean = c.mean(axis=0)
+    ratio = c.max(axis=0) / mean
+    return float(ratio.mean()), float((ratio - 1.0).mean())
+
+
+def phase_means(iterations: np.ndarray) -> dict[str, float]:
+    """Mean seconds per phase (and comm_total) over ranks and timed iterations."""
+    t = timed(iterations)
+    return {name: float(t[name].mean()) for name in (*PHASES, "comm_total")}
+
+
+def variation(iterations: np.ndarray) -> float:
+    """Coefficient of variation of the step times."""
+    times = step_times(iterations)
+    return float(times.std() / times.mean()) if times.size > 1 else float("nan")
+
+
+def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, object]:
+    """All per-point metrics of one point file."""
+    n_ranks = iterations.shape[0]
+    t = t_iter(iterations)
+    lif, excess = load_imbalance(iterations)
+    phases = phase_means(iterations)
+    row: dict[str, object] = {
+        "point": point_id,
+        "framework": point.framework,
+        "backend": point.backend,
+        "launcher": point.launcher,
+        "model": point.model,
+        "device": point.device,
+        "nodes": point.nodes,
+        "ranks_per_node": point.ranks_per_node,
+        "ranks": n_ranks,
+        "batch_size": point.batch_size,
+        "timed_iterations": int(timed(iterations).shape[1]),
+        "t_iter_s": t,
+        "throughput": throughput(n_ranks, point.batch_size, t),
+        "lif": lif,
+        "lif_excess": excess,
+        "cv": variation(iterations),
+    }
+    row.update({f"{name}_s": value for name, value in phases.items()})
+    row["comm_share"] = phases["comm_total"] / t
+    row["overlap"] = 1.0 - phases["comm"] / phases["comm_total"] if phases["comm_total"] > 0 else float("nan")
+    return row
+
+
+def _group_key(point: Point) -> str:
+    """Points that differ only in scale (nodes, ranks per node, batch size) share a key."""
+    return dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1).id
+
+
+def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
+    """speedup S(N) = X(N) / X(1), efficiency E(N) = X(N) / (N X(1)), and the scaling kind.
+
+    X(1) is the one-rank point of the same configuration with the same per-rank batch
+    (weak scaling) or, failing that, with the same global batch N * b (strong scaling).
+    Without such a point both stay empty.
+    """
+    table = table.copy()
+    keys = [_group_key(p) for p in points]
+    base: dict[tuple[str, int], float] = {}
+    for key, (_, row) in zip(keys, table.iterrows(), strict=True):
+        if row["ranks"] == 1:
+            base[(key, int(row["batch_size"]))] = float(row["throughput"])
+    speedup, kind = [], []
+    for key, (_, row) in zip(keys, table.iterrows(), strict=True):
+        n, b = int(row["ranks"]), int(row["batch_size"])
+        if n == 1:
+            reference, label = base.get((key, b)), "baseline"
+        elif (key, b) in base:
+            reference, label = base[(key, b)], "weak"
+        elif (key, n * b) in base:
+            reference, label = base[(key, n * b)], "strong"
+        else:
+            reference, label = None, ""
+        speedup.append(float(row["throughput"]) / reference if reference else float("nan"))
+        kind.append(label)
+    table["speedup"] = speedup
+    table["efficiency"] = table["speedup"] / table["ranks"]
+    table["scaling"] = kind
+    return table
+
+
+SUMMARY_COLUMNS = [
+    "point", "framework", "backend", "launcher", "model", "device", "nodes", "ranks_per_node", "ranks",
+    "batch_size", "timed_iterations", "t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif",
+    "lif_excess", "cv", *(f"{p}_s" for p in PHASES), "comm_total_s", "comm_share", "overlap",
+]  # fmt: skip
+
+
+def summary(points: Sequence[tuple[Point, str, np.ndarray]]) -> pd.DataFrame:
+    """One row per point, sorted by configuration then scale."""
+    if not points:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    table = pd.DataFrame([point_row(p, pid, it) for p, pid, it in points])
+    table = add_scaling(table, [p for p, _, _ in points])
+    order = ["framework", "backend", "launcher", "model", "device", "batch_size", "nodes", "ranks"]
+    return table[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)
+
+
+def warnings_for(table: pd.DataFrame) -> list[str]:
+    """pyperf-style notes on numbers that should not be trusted as they are."""
+    notes = []
+    for _, row in table.iterrows():
+        if row["timed_iterations"] < MIN_TIMED:
+            notes.append(
+                f"point {row['point']}: only {row['timed_iterations']} timed iterations; "
+                f"use iterations >= {MIN_TIMED} for a stable median"
+            )
+        if row["cv"] >= CV_WARNING:
+            notes.append(
+                f"point {row['point']}: iteration times vary by {row['cv']:.0%} (CV); the result is unstable: "
+                "rerun with more iterations or warm-up, on an idle machine"
+            )
+    return notes

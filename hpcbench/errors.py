@@ -1,0 +1,32 @@
+"""The one exception family hpcbench raises for problems a user can fix."""
+
+from __future__ import annotations
+
+
+class HpcbenchError(Exception):
+    """A problem with a clear next step. The CLIs print its message on one line and exit non-zero."""
+
+    exit_code = 1
+
+
+class SpecError(HpcbenchError):
+    """An invalid sweep spec: names the field path, the bad value and what is allowed."""
+
+    exit_code = 2
+
+    def __init__(self, path: str, problem: str, allowed: str | None = None) -> None:
+        self.path = path
+        self.problem = problem
+        self.allowed = allowed
+        message = f"{path}: {problem}" if path else problem
+        if allowed:
+            message += f" (allowed: {allowed})"
+        super().__init__(message)
+
+
+class SchemaError(HpcbenchError):
+    """A point file that this version of hpcbench cannot read."""
+
+
+class LaunchError(HpcbenchError):
+    """A point that cannot be launched as asked (missing launcher, unsupported combination)."""

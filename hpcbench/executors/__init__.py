@@ -1,0 +1,5 @@
+"""Executors, one module each, found by name through `EXECUTORS`."""
+
+from hpcbench.executors.base import EXECUTORS, Executor
+
+__all__ = ["EXECUTORS", "Executor"]

@@ -1,0 +1,112 @@
+"""Run points one after another on this host, each with its launcher's argv."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import h5py
+
+from hpcbench import manifest as mf
+from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.plan import Launch
+from hpcbench.store import schema
+
+KILL_GRACE_S = 10.0
+
+
+def result_status(path: Path) -> str | None:
+    """The status attribute of a result file; None if there is no readable file."""
+    try:
+        with h5py.File(path, "r") as f:
+            return str(f.attrs.get("status", ""))
+    except (OSError, KeyError):
+        return None
+
+
+def keep_aside(path: Path) -> Path | None:
+    """Move an incomplete earlier result out of the way, never deleting it."""
+    if not path.exists():
+        return None
+    n = 1
+    while (aside := path.with_name(f"{path.stem}.attempt{n}{path.suffix}")).exists():
+        n += 1
+    path.rename(aside)
+    return aside
+
+
+def mark_failed(path: Path, reason: str) -> None:
+    """Record the failure in the result file too, if one was left behind."""
+    try:
+        with h5py.File(path, "r+") as f:
+            f.attrs["status"] = schema.STATUS_FAILED
+            f.attrs["failure"] = reason
+    except OSError:
+        pass
+
+
+def run_process(argv: list[str], env: dict[str, str], log: Path, timeout_s: float | None) -> tuple[int, str]:
+    """Run `argv` in its own process group; (exit code, '' or why it was stopped)."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        try:
+            return proc.wait(timeout=timeout_s), ""
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return proc.returncode, f"timed out after {timeout_s:g} s"
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGKILL)  # interrupted: leave no ranks behind
+            proc.wait()
+            raise
+
+
+@EXECUTORS.register
+class LocalExecutor(Executor):
+    name = "local"
+    local = True
+
+    def run(self, launches: Sequence[Launch]) -> None:
+        directory = self.manifest.directory
+        for launch in launches:
+            entry = self.manifest.entries[launch.point.id]
+            result = directory / entry.result
+            if result_status(result) == schema.STATUS_COMPLETE:
+                entry.state, entry.reason = mf.DONE, ""
+                self.manifest.save()
+                print(f"  {entry.id}  done already      {entry.label}", file=self.out)
+                continue
+            aside = keep_aside(result)
+            if aside is not None:
+                print(f"  {entry.id}  earlier incomplete result kept as {aside.name}", file=self.out)
+            entry.state, entry.attempts, entry.started, entry.ended = mf.RUNNING, entry.attempts + 1, mf.now(), ""
+            self.manifest.save()
+            if self.verbose:
+                print("+ " + shlex.join(launch.argv), file=self.out, flush=True)
+            log = directory / entry.log
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with log.open("a") as f:
+                f.write(f"=== hpcbench attempt {entry.attempts} at {entry.started}: {shlex.join(launch.argv)}\n")
+            rc, stopped = run_process(launch.argv, {**os.environ, **launch.env}, log, self.options.timeout_s)
+            status = result_status(result)
+            entry.ended = mf.now()
+            if rc == 0 and status == schema.STATUS_COMPLETE:
+                entry.state, entry.reason = mf.DONE, ""
+            else:
+                why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
+                entry.state, entry.reason = mf.FAILED, f"{why}; see {log}"
+                mark_failed(result, entry.reason)
+            self.manifest.save()
+            mark = "done  " if entry.state == mf.DONE else "FAILED"
+            print(f"  {entry.id}  {mark}  {entry.label}" + (f"  ({entry.reason})" if entry.reason else ""),
+                  file=self.out, flush=True)  # fmt: skip

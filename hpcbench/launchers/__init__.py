@@ -1,0 +1,5 @@
+"""Launchers, one module each, found by name through `LAUNCHERS`."""
+
+from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+
+__all__ = ["LAUNCHERS", "LaunchContext", "Launcher"]

@@ -1,0 +1,26 @@
+"""torchrun (torch.distributed.run): one agent per node, ranks rendezvous over TCP."""
+
+from __future__ import annotations
+
+from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.spec import Point
+
+
+@LAUNCHERS.register
+class Torchrun(Launcher):
+    name = "torchrun"
+    requires = ("torch",)
+    frameworks = ("torch",)
+
+    def command(self, point: Point, ctx: LaunchContext) -> list[str]:
+        if ctx.local:
+            nodes, per_node = ["--standalone", "--nnodes", "1"], point.ranks
+        else:
+            nodes, per_node = ["--nnodes", str(point.nodes)], point.ranks_per_node
+        return [
+            ctx.python, "-m", "torch.distributed.run",
+            *nodes,
+            "--nproc-per-node", str(per_node),
+            "--max-restarts", "0",
+            "-m", "hpcbench.worker", ctx.run_file,
+        ]  # fmt: skip

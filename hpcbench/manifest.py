@@ -1,0 +1,103 @@
+"""The sweep directory's bookkeeping: which points exist and what became of each.
+
+SWEEP_DIR/manifest.json     this file (rewritten atomically after every change)
+SWEEP_DIR/spec.yaml         the spec as last submitted
+SWEEP_DIR/points/<id>.json  run files (the worker's argument)
+SWEEP_DIR/logs/<id>.log     launcher output of every attempt, appended
+SWEEP_DIR/<id>.h5           results
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcbench.atomic import write_text_atomic
+from hpcbench.errors import HpcbenchError
+from hpcbench.spec import Point
+
+PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
+STATES = (PENDING, RUNNING, DONE, FAILED)
+MANIFEST_VERSION = 1
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class Entry:
+    id: str
+    label: str
+    point: dict[str, object]
+    state: str = PENDING
+    attempts: int = 0
+    reason: str = ""
+    job_id: str = ""
+    started: str = ""
+    ended: str = ""
+
+    @property
+    def result(self) -> str:
+        return f"{self.id}.h5"
+
+    @property
+    def log(self) -> str:
+        return f"logs/{self.id}.log"
+
+
+@dataclass
+class Manifest:
+    directory: Path
+    name: str
+    executor: str
+    entries: dict[str, Entry] = field(default_factory=dict)
+
+    FILE = "manifest.json"
+
+    @classmethod
+    def load(cls, directory: Path) -> Manifest:
+        path = directory / cls.FILE
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise HpcbenchError(f"{directory}: not a sweep directory (no {cls.FILE})") from None
+        except json.JSONDecodeError as exc:
+            raise HpcbenchError(f"{path}: unreadable manifest ({exc})") from None
+        if data.get("version") != MANIFEST_VERSION:
+            raise HpcbenchError(f"{path}: manifest version {data.get('version')} is not {MANIFEST_VERSION}")
+        entries = {e["id"]: Entry(**e) for e in data["entries"]}
+        return cls(directory, data["name"], data["executor"], entries)
+
+    @classmethod
+    def open(cls, directory: Path, name: str, executor: str) -> Manifest:
+        """The directory's manifest, or a new one if there is none yet."""
+        if (directory / cls.FILE).exists():
+            manifest = cls.load(directory)
+            manifest.name, manifest.executor = name, executor
+            return manifest
+        return cls(directory, name, executor)
+
+    def add(self, point: Point) -> Entry:
+        entry = self.entries.get(point.id)
+        if entry is None:
+            entry = self.entries[point.id] = Entry(point.id, point.label(), point.as_dict())
+        return entry
+
+    def save(self) -> None:
+        data = {
+            "version": MANIFEST_VERSION,
+            "name": self.name,
+            "executor": self.executor,
+            "entries": [dataclasses.asdict(e) for e in self.entries.values()],
+        }
+        write_text_atomic(self.directory / self.FILE, json.dumps(data, indent=1))
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATES, 0)
+        for e in self.entries.values():
+            out[e.state] += 1
+        return out

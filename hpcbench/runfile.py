@@ -1,0 +1,47 @@
+"""The run file: everything a worker needs to run one point, written by the sweep.
+
+`SWEEP_DIR/points/<id>.json` is the single argument of `python -m hpcbench.worker`, so
+launch commands carry no user text but this one path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcbench.atomic import write_text_atomic
+from hpcbench.spec import Options, Point
+
+
+@dataclass(frozen=True)
+class RunFile:
+    point: Point
+    sweep: str  # the sweep's name
+    spec_text: str  # the spec as written
+    options: Options
+
+    @staticmethod
+    def path_for(sweep_dir: Path, point_id: str) -> Path:
+        return sweep_dir / "points" / f"{point_id}.json"
+
+    @staticmethod
+    def result_for(sweep_dir: Path, point_id: str) -> Path:
+        return sweep_dir / f"{point_id}.h5"
+
+    def write(self, sweep_dir: Path) -> Path:
+        path = self.path_for(sweep_dir, self.point.id)
+        data = {
+            "point": self.point.as_dict(),
+            "sweep": self.sweep,
+            "spec_text": self.spec_text,
+            "options": dataclasses.asdict(self.options),
+        }
+        write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+        return path
+
+    @classmethod
+    def load(cls, path: Path) -> RunFile:
+        data = json.loads(path.read_text())
+        return cls(Point.from_dict(data["point"]), data["sweep"], data["spec_text"], Options(**data["options"]))

@@ -1,0 +1,83 @@
+"""Reading point files back. Needs h5py and numpy only (no MPI, no framework)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from hpcbench.errors import SchemaError
+from hpcbench.spec import Point
+from hpcbench.store import schema
+
+
+@dataclass
+class PointData:
+    path: Path
+    attrs: dict[str, Any]  # root attributes
+    point: Point
+    point_id: str
+    provenance: dict[str, Any]
+    ranks: np.ndarray  # (n_ranks,) RANK_DTYPE
+    iterations: np.ndarray  # (n_ranks, iterations_written) ITERATION_DTYPE
+
+    @property
+    def status(self) -> str:
+        return str(self.attrs.get("status", ""))
+
+    @property
+    def complete(self) -> bool:
+        return self.status == schema.STATUS_COMPLETE
+
+    @property
+    def hostnames(self) -> list[str]:
+        return [h.decode() for h in self.ranks["hostname"]]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray):
+        return [_plain(v) for v in value.tolist()]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _attrs(obj: h5py.HLObject) -> dict[str, Any]:
+    return {k: _plain(v) for k, v in obj.attrs.items()}
+
+
+def read_point(path: Path | str) -> PointData:
+    """Read a point file. Raises SchemaError for files this version cannot read."""
+    path = Path(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise SchemaError(f"{path}: not a readable HDF5 file ({exc})") from None
+    with f:
+        attrs = _attrs(f)
+        version = attrs.get("schema_version")
+        if version is None or schema.POINT not in f:
+            raise SchemaError(f"{path}: not an hpcbench point file (no schema_version)")
+        if int(version) > schema.SCHEMA_VERSION:
+            raise SchemaError(
+                f"{path}: written with schema {version}, this hpcbench reads up to {schema.SCHEMA_VERSION}: "
+                "upgrade hpcbench to read it"
+            )
+        point_attrs = _attrs(f[schema.POINT])
+        point = Point.from_json(point_attrs["json"])
+        written = int(attrs.get("iterations_written", 0))
+        iterations = f[schema.ITERATIONS][:, :written]
+        ranks = f[schema.RANKS][()]
+        provenance = _attrs(f[schema.PROVENANCE])
+    for key, value in list(provenance.items()):
+        if isinstance(value, str) and value[:1] in "{[":
+            with contextlib.suppress(json.JSONDecodeError):
+                provenance[key] = json.loads(value)
+    return PointData(path, attrs, point, str(point_attrs["id"]), provenance, ranks, iterations)

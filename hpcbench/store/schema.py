@@ -1,0 +1,64 @@
+"""The layout of a point file: one HDF5 file per point (job), shared by all its ranks.
+
+::
+
+    /                 attrs: schema_version, hpcbench_version, created, sweep, spec (YAML text),
+                             status (running | complete | failed), n_ranks, n_iterations,
+                             iterations_written, epoch_ns
+    /point            attrs: every Point field that is set, id, json (the whole point)
+    /provenance       attrs: hostnames, versions (Python, framework, MPI, HDF5), writer,
+                             launcher source, selected environment variables (no secrets)
+    /ranks            (n_ranks,) RANK_DTYPE: who each rank was and its clock offset
+    /iterations       (n_ranks, n_iterations) ITERATION_DTYPE, rank-major
+
+Times: `t_start` / `t_end` are seconds since `epoch_ns` (wall clock, ns since the Unix
+epoch, taken by rank 0 at creation) on the common clock: each rank measures with its
+monotonic `perf_counter_ns` and adds its own `clock_offset_ns` (wall - monotonic, read once
+at start), so ranks on different nodes line up to NTP accuracy. Phase columns are
+durations in seconds; a phase that does not apply is 0.
+
+Phases are disjoint and in this order inside an iteration: data (next batch), h2d (copy
+to the device), forward, backward (gradient computation; with overlapped communication,
+up to the moment the last gradient bucket was ready), comm (gradient exchange still
+outstanding after backward: the non-overlapped part), update (optimizer step). So
+data + h2d + forward + backward + comm + update <= t_end - t_start. `comm_total` is the
+summed duration of all gradient messages of the iteration, overlapped or not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Schema history (bump on every change to what is written; readers accept <= current):
+#   1 (hpcbench 0.1.0): root/point/provenance attrs, ranks, iterations.
+SCHEMA_VERSION = 1
+
+PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
+COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
+
+ITERATION_DTYPE = np.dtype(
+    [("t_start", "<f8"), ("t_end", "<f8")]
+    + [(phase, "<f8") for phase in PHASES]
+    + [("comm_total", "<f8"), ("samples", "<i4"), ("loss", "<f4"), ("warmup", "?")]
+)
+
+HOSTNAME_BYTES = 64
+RANK_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("local_rank", "<i4"),
+        ("node_rank", "<i4"),
+        ("pid", "<i8"),
+        ("clock_offset_ns", "<i8"),
+        ("hostname", f"S{HOSTNAME_BYTES}"),
+    ]
+)
+
+POINT = "point"
+PROVENANCE = "provenance"
+RANKS = "ranks"
+ITERATIONS = "iterations"
+
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_FAILED = "failed"

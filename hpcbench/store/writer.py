@@ -1,0 +1,159 @@
+"""Writing one shared point file from every rank.
+
+Two writers with one contract, chosen by `open_writer`:
+
+* `MpioWriter`: h5py built with MPI (`h5py.get_config().mpi`); all ranks open the file
+  with `driver='mpio'`, create every object collectively with known shapes, and write
+  their own rows independently.
+* `GatherWriter`: any h5py; ranks send their blocks to rank 0, which writes them.
+
+Every method is collective: all ranks call it, in the same order, with the same metadata.
+After each `write_iterations` the file is flushed, so a job killed later leaves a file
+holding everything up to that flush.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import h5py
+import numpy as np
+
+from hpcbench.comm import Comm
+from hpcbench.errors import HpcbenchError
+from hpcbench.store import schema
+
+
+@dataclass
+class FileMeta:
+    """What goes into a new point file's attributes: identical on every rank."""
+
+    root: dict[str, Any]
+    point: dict[str, Any]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+class PointWriter(Protocol):
+    kind: str
+
+    def write_iterations(self, start: int, rows: np.ndarray) -> None:
+        """This rank's rows for iterations [start, start + len(rows)). Collective."""
+
+    def close(self, status: str) -> None:
+        """Record the final status and close the file. Collective."""
+
+
+def attr_value(value: Any) -> Any:
+    """An HDF5-storable form of a metadata value (None and mappings become JSON text)."""
+    if value is None or isinstance(value, Mapping):
+        return json.dumps(value, sort_keys=True)
+    if isinstance(value, str):
+        return value.replace("\0", "\\0")  # HDF5 strings end at NUL
+    if isinstance(value, list | tuple):
+        if all(isinstance(v, str) for v in value):
+            return np.array([v.replace("\0", "\\0") for v in value], dtype=h5py.string_dtype())
+        return json.dumps(list(value))
+    return value
+
+
+def _write_attrs(obj: h5py.HLObject, attrs: Mapping[str, Any]) -> None:
+    for key, value in sorted(attrs.items()):
+        obj.attrs[key] = attr_value(value)
+
+
+def _create_layout(f: h5py.File, meta: FileMeta, n_ranks: int, n_iterations: int) -> None:
+    _write_attrs(f, meta.root)
+    f.attrs["schema_version"] = schema.SCHEMA_VERSION
+    f.attrs["status"] = schema.STATUS_RUNNING
+    f.attrs["n_ranks"] = n_ranks
+    f.attrs["n_iterations"] = n_iterations
+    f.attrs["iterations_written"] = 0
+    _write_attrs(f.create_group(schema.POINT), meta.point)
+    _write_attrs(f.create_group(schema.PROVENANCE), meta.provenance)
+    f.create_dataset(schema.RANKS, shape=(n_ranks,), dtype=schema.RANK_DTYPE)
+    f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE)
+
+
+class MpioWriter:
+    kind = "mpio"
+
+    def __init__(self, path: Path, comm: Comm, meta: FileMeta, n_iterations: int, rank_row: np.ndarray) -> None:
+        self._comm = comm
+        self._file = h5py.File(path, "w", driver="mpio", comm=comm.mpi_comm)
+        _create_layout(self._file, meta, comm.size, n_iterations)
+        self._file[schema.RANKS][comm.rank] = rank_row
+        self._written = 0
+        self._file.flush()
+
+    def write_iterations(self, start: int, rows: np.ndarray) -> None:
+        self._file[schema.ITERATIONS][self._comm.rank, start : start + len(rows)] = rows
+        self._written = max(self._written, start + len(rows))
+        self._file.attrs["iterations_written"] = self._written
+        self._file.flush()
+
+    def close(self, status: str) -> None:
+        self._file.attrs["status"] = status
+        self._file.close()
+
+
+class GatherWriter:
+    kind = "gather"
+
+    def __init__(self, path: Path, comm: Comm, meta: FileMeta, n_iterations: int, rank_row: np.ndarray) -> None:
+        self._comm = comm
+        self._file: h5py.File | None = None
+        self._written = 0
+        rows = comm.gather(rank_row)
+        if comm.rank == 0:
+            assert rows is not None
+            self._file = h5py.File(path, "w")
+            _create_layout(self._file, meta, comm.size, n_iterations)
+            self._file[schema.RANKS][:] = np.concatenate([np.atleast_1d(r) for r in rows])
+            self._file.flush()
+        # No rank starts timing before the file exists: creation errors surface here.
+        self._comm.barrier()
+
+    def write_iterations(self, start: int, rows: np.ndarray) -> None:
+        blocks = self._comm.gather(rows)
+        if self._file is None:
+            return
+        assert blocks is not None
+        if any(len(b) != len(rows) for b in blocks):
+            raise HpcbenchError(f"ranks flushed different numbers of iterations: {[len(b) for b in blocks]}")
+        self._file[schema.ITERATIONS][:, start : start + len(rows)] = np.stack(blocks)
+        self._written = max(self._written, start + len(rows))
+        self._file.attrs["iterations_written"] = self._written
+        self._file.flush()
+
+    def close(self, status: str) -> None:
+        self._comm.barrier()
+        if self._file is not None:
+            self._file.attrs["status"] = status
+            self._file.close()
+
+
+def parallel_hdf5_available() -> bool:
+    return bool(h5py.get_config().mpi)
+
+
+def choose_writer(comm: Comm, mode: str = "auto") -> str:
+    """'mpio' or 'gather' for `mode` (auto | mpio | gather) on this job; raises if impossible."""
+    mpio_possible = comm.mpi_comm is not None and parallel_hdf5_available()
+    if mode == "mpio" and not mpio_possible:
+        why = "h5py was built without MPI" if not parallel_hdf5_available() else "the ranks were not started by MPI"
+        raise HpcbenchError(f"writer 'mpio' asked for but not possible here: {why} (use writer: gather or auto)")
+    if mode not in ("auto", "mpio", "gather"):
+        raise HpcbenchError(f"unknown writer {mode!r} (allowed: auto, mpio, gather)")
+    return "mpio" if mode == "mpio" or (mode == "auto" and mpio_possible) else "gather"
+
+
+def open_writer(
+    path: Path, comm: Comm, meta: FileMeta, n_iterations: int, rank_row: np.ndarray, kind: str
+) -> PointWriter:
+    """Create the point file at `path` (collective) with the writer `kind` from choose_writer."""
+    cls = MpioWriter if kind == "mpio" else GatherWriter
+    return cls(path, comm, meta, n_iterations, rank_row)

@@ -1,0 +1,1 @@
+"""Measurement: per-iteration phase timing (and, later, communication and resource traces)."""

@@ -1,0 +1,106 @@
+"""`python -m hpcbench.worker RUN_FILE`: what every rank of a point runs.
+
+Reads its rank from the launcher's environment, sets up the framework, creates the shared
+point file with its peers, runs the phase-timed loop, and writes its rows in blocks. An
+exception on any rank ends the whole job (MPI_Abort, or exit under torchrun, whose agent
+then stops the other ranks), so a failing point never hangs.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+import hpcbench
+from hpcbench import provenance, rankenv
+from hpcbench.comm import Comm, MPIComm, SelfComm
+from hpcbench.frameworks import FRAMEWORKS
+from hpcbench.runfile import RunFile
+from hpcbench.store import schema
+from hpcbench.store.writer import FileMeta, choose_writer, open_writer
+from hpcbench.trace.recorder import Recorder, clock_offset_ns
+
+
+def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
+    host = renv.hostname.encode()[: schema.HOSTNAME_BYTES]
+    return np.array((renv.rank, renv.local_rank, renv.node_rank, os.getpid(), offset, host), dtype=schema.RANK_DTYPE)
+
+
+def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str, str]) -> FileMeta:
+    """The file's metadata, built on rank 0 and broadcast: parallel HDF5 wants it identical."""
+    point = run.point
+    root = {
+        "hpcbench_version": hpcbench.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "sweep": run.sweep,
+        "spec": run.spec_text,
+        "epoch_ns": time.time_ns(),
+    }
+    point_attrs = {k: v for k, v in point.as_dict().items() if v is not None and v != {}}
+    point_attrs.update(id=point.id, json=point.to_json(), ranks=point.ranks)
+    prov = provenance.collect()
+    prov.update(extra)
+    prov.update(hostnames=hosts, launcher_source=renv.source, slurm_job_id=os.environ.get("SLURM_JOB_ID", ""))
+    return FileMeta(root=root, point=point_attrs, provenance=prov)
+
+
+def run(run_file: Path) -> None:
+    run_spec = RunFile.load(run_file)
+    point = run_spec.point
+    sweep_dir = run_file.parent.parent
+    renv = rankenv.detect()
+    comm: Comm | None = MPIComm() if renv.mpi else None
+    try:
+        framework = FRAMEWORKS.load(point.framework)()
+        framework.setup(point, renv, comm)
+        comm = comm or framework.bookkeeping_comm() or SelfComm()
+        if comm.size != point.ranks:
+            raise RuntimeError(f"started with {comm.size} ranks, point {point.id} asks for {point.ranks}")
+        hosts = comm.allgather(renv.hostname)
+        offset = clock_offset_ns()
+        framework.build(point)
+        kind = choose_writer(comm, run_spec.options.writer)
+        extra = {**framework.versions(), "writer": kind}
+        meta = comm.bcast(_meta(run_spec, renv, hosts, extra) if comm.rank == 0 else None)
+        out = RunFile.result_for(sweep_dir, point.id)
+        writer = open_writer(out, comm, meta, point.total_iterations, _rank_row(renv, offset), kind)
+        rec = Recorder(min(run_spec.options.flush_every, point.total_iterations), offset, meta.root["epoch_ns"])
+
+        comm.barrier()  # everyone starts the timed loop together
+        for i in range(point.total_iterations):
+            rec.start(warmup=i < point.warmup)
+            loss = framework.step(rec)
+            rec.stop(point.batch_size, loss)
+            if rec.full:
+                first = rec.first
+                writer.write_iterations(first, rec.drain())
+        if len(rec):
+            first = rec.first
+            writer.write_iterations(first, rec.drain())
+        writer.close(schema.STATUS_COMPLETE)
+        framework.teardown()
+        if comm.rank == 0:
+            print(f"hpcbench.worker: point {point.id} complete: {point.ranks} ranks, writer {writer.kind}, {out}")
+    except BaseException:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
+        print(f"hpcbench.worker: rank {renv.rank} of point {point.id} failed:", file=sys.stderr)
+        traceback.print_exc()
+        (comm or SelfComm()).abort(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0].startswith("-"):
+        print("usage: python -m hpcbench.worker RUN_FILE  (SWEEP_DIR/points/<id>.json)", file=sys.stderr)
+        return 2
+    run(Path(args[0]).resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
