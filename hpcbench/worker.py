@@ -50,6 +50,19 @@ def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str
     return FileMeta(root=root, point=point_attrs, provenance=prov)
 
 
+class InjectedFault(RuntimeError):
+    """Raised on purpose (HPCBENCH_FAULT) to test that a failing rank ends the whole job."""
+
+
+def injected_fault(rank: int) -> int:
+    """The iteration at which this rank must fail, from HPCBENCH_FAULT=RANK:ITERATION; -1: never."""
+    spec = os.environ.get("HPCBENCH_FAULT", "")
+    fault_rank, _, iteration = spec.partition(":")
+    if fault_rank.isdigit() and iteration.isdigit() and int(fault_rank) == rank:
+        return int(iteration)
+    return -1
+
+
 def run(run_file: Path) -> None:
     run_spec = RunFile.load(run_file)
     point = run_spec.point
@@ -72,8 +85,11 @@ def run(run_file: Path) -> None:
         writer = open_writer(out, comm, meta, point.total_iterations, _rank_row(renv, offset), kind)
         rec = Recorder(min(run_spec.options.flush_every, point.total_iterations), offset, meta.root["epoch_ns"])
 
+        fail_at = injected_fault(comm.rank)
         comm.barrier()  # everyone starts the timed loop together
         for i in range(point.total_iterations):
+            if i == fail_at:
+                raise InjectedFault(f"HPCBENCH_FAULT: rank {comm.rank} fails at iteration {i}")
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)

@@ -1,0 +1,106 @@
+"""Step time of the same model with recording on vs off, measured in one run.
+
+    python benchmarks/recording_overhead.py [--model lenet] [--batch 32] [--blocks 40] [--block 25]
+
+Runs one rank of the torch adapter (DDP over gloo, world size 1) and alternates blocks of
+iterations with the real recorder (marks, drains, HDF5 writes through the one-writer path)
+and with a recorder that records nothing, so that both arms see the same machine state.
+Prints the median block-time ratio on/off (goal <= 1.01) and the cost of one phase mark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hpcbench import rankenv
+from hpcbench.comm import SelfComm
+from hpcbench.frameworks.torch import TorchFramework
+from hpcbench.spec import Point
+from hpcbench.store import schema
+from hpcbench.store.writer import FileMeta, open_writer
+from hpcbench.trace.recorder import NullRecorder, Phase, Recorder, clock_offset_ns
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def mark_cost_ns(n: int = 200_000) -> float:
+    rec = Recorder(1, clock_offset_ns(), 0)
+    rec.start()
+    t0 = time.perf_counter_ns()
+    for _ in range(n):
+        rec.mark(Phase.FORWARD)
+    return (time.perf_counter_ns() - t0) / n
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="lenet")
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--blocks", type=int, default=40, help="blocks per arm")
+    ap.add_argument("--block", type=int, default=25, help="iterations per block")
+    ap.add_argument("--flush-every", type=int, default=100)
+    args = ap.parse_args()
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+    point = Point(model=args.model, batch_size=args.batch, threads=1)
+    fw = TorchFramework()
+    fw.setup(point, rankenv.detect({}), None)
+    fw.build(point)
+
+    offset = clock_offset_ns()
+    n_on = args.blocks * args.block
+    with tempfile.TemporaryDirectory() as tmp:
+        row = np.zeros((), dtype=schema.RANK_DTYPE)
+        meta = FileMeta(root={"epoch_ns": 0}, point={"id": "bench", "json": point.to_json()})
+        writer = open_writer(Path(tmp) / "bench.h5", SelfComm(), meta, n_on, row, "gather")
+        on = Recorder(args.flush_every, offset, 0)
+        off = NullRecorder(1, offset, 0)
+
+        def block(rec: Recorder) -> float:
+            t0 = time.perf_counter()
+            for _ in range(args.block):
+                rec.start()
+                loss = fw.step(rec)
+                rec.stop(args.batch, loss)
+                if rec.full:
+                    first = rec.first
+                    writer.write_iterations(first, rec.drain())
+            return time.perf_counter() - t0
+
+        for _ in range(3):  # warm-up, both arms
+            block(off)
+        times: dict[str, list[float]] = {"on": [], "off": []}
+        for i in range(args.blocks):
+            arms = ("on", "off") if i % 2 == 0 else ("off", "on")
+            for arm in arms:
+                times[arm].append(block(on if arm == "on" else off))
+        if len(on):
+            first = on.first
+            writer.write_iterations(first, on.drain())
+        writer.close(schema.STATUS_COMPLETE)
+    fw.teardown()
+
+    t_on = statistics.median(times["on"]) / args.block
+    t_off = statistics.median(times["off"]) / args.block
+    ratios = [a / b for a, b in zip(times["on"], times["off"], strict=True)]
+    print(f"model {args.model}, batch {args.batch}, {args.blocks} blocks x {args.block} iterations per arm")
+    print(f"step time, recording off: {t_off * 1e3:.3f} ms")
+    print(f"step time, recording on:  {t_on * 1e3:.3f} ms")
+    print(f"ratio on/off (median of paired blocks): {statistics.median(ratios):.4f}  (goal <= 1.01)")
+    print(f"one phase mark: {mark_cost_ns():.0f} ns")
+
+
+if __name__ == "__main__":
+    main()

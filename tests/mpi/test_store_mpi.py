@@ -1,0 +1,74 @@
+"""Both writers of the shared point file, with real mpirun ranks and real (parallel) HDF5."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcbench.store import schema
+from hpcbench.store.reader import read_point
+
+pytestmark = pytest.mark.mpi
+
+SCRIPT = Path(__file__).with_name("write_point.py")
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+
+
+def mpirun(n: int, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, str(SCRIPT), *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **MPI_ENV})
+
+
+def test_h5py_here_is_built_with_mpi() -> None:
+    # The environment (envs/setup.sh) builds parallel h5py; without it the mpio tests below prove nothing.
+    assert h5py.get_config().mpi
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("writer", ["mpio", "gather"])
+def test_every_rank_rows_land_in_one_file(tmp_path: Path, ranks: int, writer: str) -> None:
+    out = tmp_path / "point.h5"
+    n_iters, flush_every = 11, 4  # three blocks, the last one short
+    proc = mpirun(ranks, str(out), writer, str(n_iters), str(flush_every))
+    assert proc.returncode == 0, proc.stderr
+
+    data = read_point(out)
+    assert data.complete
+    assert data.provenance["writer"] == writer
+    assert data.iterations.shape == (ranks, n_iters)
+    assert list(data.ranks["rank"]) == list(range(ranks))
+    assert len(set(data.ranks["pid"].tolist())) == ranks  # really separate processes
+    for r in range(ranks):
+        rows = data.iterations[r]
+        # write_point.py encodes (rank, iteration) into every row it writes
+        np.testing.assert_array_equal(rows["samples"], r * 1000 + np.arange(n_iters))
+        np.testing.assert_allclose(rows["forward"], r + np.arange(n_iters) / 100)
+    assert data.attrs["iterations_written"] == n_iters
+
+
+def test_mpio_refused_without_mpi_launcher(tmp_path: Path) -> None:
+    # A single process not started by mpirun has no communicator to share the file with.
+    out = tmp_path / "p.h5"
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), str(out), "mpio", "3", "3"], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode != 0
+    assert "writer 'mpio' asked for but not possible here" in proc.stderr
+    assert not out.exists()
+
+
+def test_killed_job_leaves_flushed_blocks_readable(tmp_path: Path) -> None:
+    out = tmp_path / "point.h5"
+    # Rank 1 dies (SIGKILL) after the second block was flushed by everyone.
+    proc = mpirun(2, str(out), "mpio", "12", "4", "--die-after-blocks", "2")
+    assert proc.returncode != 0
+    data = read_point(out)
+    assert data.status == schema.STATUS_RUNNING
+    assert data.iterations.shape == (2, 8)
+    np.testing.assert_array_equal(data.iterations[1]["samples"], 1000 + np.arange(8))

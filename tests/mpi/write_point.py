@@ -1,0 +1,50 @@
+"""Run under mpirun by test_store_mpi.py: every rank writes known rows through a writer.
+
+usage: write_point.py OUT.h5 WRITER N_ITERS FLUSH_EVERY [--die-after-blocks K]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from hpcbench import rankenv
+from hpcbench.comm import Comm, MPIComm, SelfComm
+from hpcbench.store import schema
+from hpcbench.store.writer import FileMeta, choose_writer, open_writer
+
+
+def main() -> None:
+    out, mode, n_iters, flush_every = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    die_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
+    renv = rankenv.detect()
+    comm: Comm = MPIComm() if renv.mpi else SelfComm()
+    kind = choose_writer(comm, mode)
+    meta = FileMeta(
+        root={"sweep": "store-test", "epoch_ns": 0},
+        point={"id": "test", "json": '{"framework": "torch"}'},
+        provenance={"writer": kind, "hostnames": comm.allgather(renv.hostname)},
+    )
+    row = np.array((comm.rank, renv.local_rank, 0, os.getpid(), 0, renv.hostname.encode()), dtype=schema.RANK_DTYPE)
+    writer = open_writer(out, comm, meta, n_iters, row, kind)
+    for blocks, start in enumerate(range(0, n_iters, flush_every), start=1):
+        n = min(flush_every, n_iters - start)
+        rows = np.zeros(n, dtype=schema.ITERATION_DTYPE)
+        it = np.arange(start, start + n)
+        rows["samples"] = comm.rank * 1000 + it
+        rows["forward"] = comm.rank + it / 100
+        writer.write_iterations(start, rows)
+        if blocks == die_after:
+            comm.barrier()
+            if comm.rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            comm.barrier()  # rank 0 waits here until mpirun ends the job
+    writer.close(schema.STATUS_COMPLETE)
+
+
+if __name__ == "__main__":
+    main()
