@@ -62,15 +62,20 @@ class Manifest:
     def load(cls, directory: Path) -> Manifest:
         path = directory / cls.FILE
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise HpcbenchError(f"{directory}: not a sweep directory (no {cls.FILE})") from None
-        except json.JSONDecodeError as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise HpcbenchError(f"{path}: unreadable manifest ({exc})") from None
+        if not isinstance(data, dict):
+            raise HpcbenchError(f"{path}: unreadable manifest (not a JSON object)")
         if data.get("version") != MANIFEST_VERSION:
             raise HpcbenchError(f"{path}: manifest version {data.get('version')} is not {MANIFEST_VERSION}")
-        entries = {e["id"]: Entry(**e) for e in data["entries"]}
-        return cls(directory, data["name"], data["executor"], entries)
+        try:
+            entries = {e["id"]: Entry(**e) for e in data["entries"]}
+            return cls(directory, data["name"], data["executor"], entries)
+        except (KeyError, TypeError) as exc:
+            raise HpcbenchError(f"{path}: unreadable manifest ({type(exc).__name__}: {exc})") from None
 
     @classmethod
     def open(cls, directory: Path, name: str, executor: str) -> Manifest:

@@ -60,8 +60,9 @@ def detect(env: Mapping[str, str] | None = None, hostname: str | None = None) ->
     if "OMPI_COMM_WORLD_RANK" in env:
         rank, size = _int(env, "OMPI_COMM_WORLD_RANK", 0), _int(env, "OMPI_COMM_WORLD_SIZE", 1)
         local, local_size = _int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0), _int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
-        node = _int(env, "OMPI_COMM_WORLD_NODE_RANK", 0)
-        return RankEnv(rank, size, local, local_size, node, host, "openmpi", mpi=True)
+        # OMPI_COMM_WORLD_NODE_RANK is a rank within the node, not the node's index; with
+        # the block mappings hpcbench launches (ppr:K:node), the node is rank // K.
+        return RankEnv(rank, size, local, local_size, rank // max(local_size, 1), host, "openmpi", mpi=True)
 
     if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
         rank, size = _int(env, "PMI_RANK", 0), _int(env, "PMI_SIZE", 1)

@@ -211,6 +211,10 @@ def _extra(path: str, value: Any) -> tuple[tuple[str, Scalar], ...]:
             raise SpecError(f"{path}.{key}", "key is not a non-empty string", "string keys")
         if not isinstance(v, str | int | float | bool):
             raise SpecError(f"{path}.{key}", f"{v!r} is not a scalar", "strings, numbers, booleans")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise SpecError(f"{path}.{key}", f"{v!r} is not finite", "finite numbers")
+        if isinstance(v, str) and "\0" in v:
+            raise SpecError(f"{path}.{key}", "contains a NUL character", "a string without NUL")
     return _sorted_items(value)
 
 
@@ -283,6 +287,8 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str | int | float | bool | None):
+            raise SpecError(f"line {key_node.start_mark.line + 1}", f"key {key!r} is not a scalar", "scalar keys")
         if key in mapping:
             raise SpecError(
                 f"line {key_node.start_mark.line + 1}", f"duplicate key {key!r}", "each key once per mapping"
@@ -336,8 +342,8 @@ def load_sweep(text: str, choices: Choices | None = None, check: PointCheck | No
             else:
                 values[canonical] = checkers[canonical](path, value)
 
-    excludes = _excludes(raw.get("exclude", []), checkers)
-    options = _options(raw.get("options", {}))
+    excludes = _excludes(raw.get("exclude") if raw.get("exclude") is not None else [], checkers)
+    options = _options(raw.get("options") if raw.get("options") is not None else {})
 
     names = list(axes)
     points: list[Point] = []
@@ -373,7 +379,9 @@ def _no_unknown(mapping: Mapping[Any, Any], allowed: Sequence[str], path: str) -
 
 
 def _section(raw: Mapping[str, Any], name: str) -> Mapping[str, Any]:
-    section = raw.get(name) or {}
+    section = raw.get(name)
+    if section is None:  # `matrix:` with nothing under it
+        return {}
     if not isinstance(section, Mapping):
         raise SpecError(name, "is not a mapping", "a mapping of point fields")
     return section

@@ -221,7 +221,18 @@ class TorchFramework(Framework):
         return out
 
     def teardown(self) -> None:
+        import gc
+
         import torch.distributed as dist
 
+        # DDP's reducer and the hook's futures keep the process group, and with it gloo's
+        # worker threads, alive. Left to interpreter shutdown, those threads may release
+        # Python objects after finalisation has begun and abort the process; so drop them
+        # and join the threads now.
+        for name in ("model", "optimizer", "loss_fn"):
+            self.__dict__.pop(name, None)
+        self._pool.clear()
+        gc.collect()
         if dist.is_initialized():
+            dist.barrier()
             dist.destroy_process_group()

@@ -24,6 +24,7 @@ class LaunchContext:
     run_file: str  # the worker's only argument
     local: bool = True  # every rank on this host (local executor)
     cores_per_node: int = os.cpu_count() or 1
+    rendezvous: str | None = None  # host:port of the first node, for launchers that need one across nodes
 
     def worker_argv(self) -> list[str]:
         return [self.python, "-m", "hpcbench.worker", self.run_file]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
 from hpcbench.spec import Point
 
@@ -15,8 +16,12 @@ class Torchrun(Launcher):
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:
             nodes, per_node = ["--standalone", "--nnodes", "1"], point.ranks
+        elif ctx.rendezvous is None:
+            raise LaunchError("torchrun across nodes needs the rendezvous host:port of the job's first node")
         else:
-            nodes, per_node = ["--nnodes", str(point.nodes)], point.ranks_per_node
+            nodes = ["--nnodes", str(point.nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", ctx.rendezvous]
+            nodes += ["--rdzv-id", point.id]
+            per_node = point.ranks_per_node
         return [
             ctx.python, "-m", "torch.distributed.run",
             *nodes,
