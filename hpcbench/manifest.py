@@ -19,8 +19,9 @@ from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 
-PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
-STATES = (PENDING, RUNNING, DONE, FAILED)
+PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done", "failed"
+STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED)
+ACTIVE = (QUEUED, RUNNING)  # handed to a scheduler and not finished
 MANIFEST_VERSION = 1
 
 
@@ -37,16 +38,16 @@ class Entry:
     attempts: int = 0
     reason: str = ""
     job_id: str = ""
+    log: str = ""  # the latest attempt's log, relative to the sweep directory or absolute
     started: str = ""
     ended: str = ""
+
+    def __post_init__(self) -> None:
+        self.log = self.log or f"logs/{self.id}.log"
 
     @property
     def result(self) -> str:
         return f"{self.id}.h5"
-
-    @property
-    def log(self) -> str:
-        return f"logs/{self.id}.log"
 
 
 @dataclass

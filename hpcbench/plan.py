@@ -7,11 +7,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcbench import profiles
 from hpcbench.errors import SpecError
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS, LaunchContext
+from hpcbench.profiles import SiteProfile
 from hpcbench.runfile import RunFile
 from hpcbench.spec import Point, Sweep, load_sweep
+
+# Stand-ins shown by plans and dry runs for what a batch job learns only once it runs.
+JOB_TIME_RENDEZVOUS = "FIRST_NODE:29400"
+JOB_TIME_HOSTS = ("NODE1", "NODE2")
 
 
 def choices() -> dict[str, list[str]]:
@@ -31,14 +37,19 @@ def check_point(point: Point) -> Iterable[tuple[str, str, str]]:
     yield from LAUNCHERS.get(point.launcher).check_point(point)
 
 
-def load(spec_path: Path) -> Sweep:
+def load_text(text: str) -> tuple[Sweep, SiteProfile]:
+    sweep = load_sweep(text, choices(), check_point)
+    return sweep, profiles.load(sweep.profile)
+
+
+def load(spec_path: Path) -> tuple[Sweep, SiteProfile]:
     try:
-        text = spec_path.read_text()
+        text = spec_path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(str(spec_path), f"cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise SpecError(str(spec_path), "is not UTF-8 text") from None
-    return load_sweep(text, choices(), check_point)
+    return load_text(text)
 
 
 @dataclass(frozen=True)
@@ -46,11 +57,44 @@ class Launch:
     point: Point
     argv: list[str]
     env: dict[str, str]  # added to the submitting environment
+    run_file: str
 
 
-def launch_for(point: Point, sweep_dir: Path, local: bool) -> Launch:
+def context(
+    point: Point,
+    sweep_dir: Path,
+    profile: SiteProfile,
+    local: bool,
+    rendezvous: str | None = None,
+    hosts: tuple[str, ...] = (),
+    python: str | None = None,
+) -> LaunchContext:
+    return LaunchContext(
+        python=python or sys.executable,
+        run_file=str(RunFile.path_for(sweep_dir, point.id)),
+        local=local,
+        rendezvous=rendezvous,
+        hosts=hosts,
+        srun_args=profile.srun_args,
+        mpirun_args=profile.mpirun_args,
+        container=profile.container,
+        forward_env=tuple(name for name, _ in profile.env),
+    )
+
+
+def launch(point: Point, ctx: LaunchContext, profile: SiteProfile) -> Launch:
+    """The argv and environment that start the point's ranks; the point's `environ` wins."""
     launcher = LAUNCHERS.get(point.launcher)()
-    ctx = LaunchContext(python=sys.executable, run_file=str(RunFile.path_for(sweep_dir, point.id)), local=local)
     env = launcher.environment(point, ctx)
+    env.update(profile.env)
     env.update(point.environ)
-    return Launch(point, launcher.command(point, ctx), env)
+    return Launch(point, launcher.command(point, ctx), env, ctx.run_file)
+
+
+def launch_for(point: Point, sweep_dir: Path, profile: SiteProfile, local: bool) -> Launch:
+    """The launch as planned on the submitting host (job-time values shown as stand-ins)."""
+    if local:
+        ctx = context(point, sweep_dir, profile, local)
+    else:
+        ctx = context(point, sweep_dir, profile, local, JOB_TIME_RENDEZVOUS, JOB_TIME_HOSTS)
+    return launch(point, ctx, profile)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from hpcbench.atomic import write_text_atomic
 from hpcbench.spec import Options, Point
@@ -21,6 +22,7 @@ class RunFile:
     sweep: str  # the sweep's name
     spec_text: str  # the spec as written
     options: Options
+    profile: dict[str, Any] = field(default_factory=dict)  # the site profile, as recorded
 
     @staticmethod
     def path_for(sweep_dir: Path, point_id: str) -> Path:
@@ -37,6 +39,7 @@ class RunFile:
             "sweep": self.sweep,
             "spec_text": self.spec_text,
             "options": dataclasses.asdict(self.options),
+            "profile": self.profile,
         }
         write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
         return path
@@ -44,4 +47,5 @@ class RunFile:
     @classmethod
     def load(cls, path: Path) -> RunFile:
         data = json.loads(path.read_text())
-        return cls(Point.from_dict(data["point"]), data["sweep"], data["spec_text"], Options(**data["options"]))
+        options = Options(**data["options"])
+        return cls(Point.from_dict(data["point"]), data["sweep"], data["spec_text"], options, data.get("profile", {}))

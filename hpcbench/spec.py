@@ -36,6 +36,7 @@ from typing import Any
 
 import yaml
 
+from hpcbench import slurm_options
 from hpcbench.errors import SpecError
 
 Scalar = str | int | float | bool
@@ -77,6 +78,7 @@ class Point:
     env: str | None = None  # named environment (envs/); None: the interpreter running the sweep
     environ: tuple[tuple[str, str], ...] = ()  # extra environment variables for every rank
     extra: tuple[tuple[str, Scalar], ...] = ()  # site- or framework-specific options
+    slurm: tuple[tuple[str, Any], ...] = ()  # per-point Slurm option overrides (slurm_options)
 
     @property
     def ranks(self) -> int:
@@ -95,6 +97,7 @@ class Point:
         d = dataclasses.asdict(self)
         d["environ"] = dict(self.environ)
         d["extra"] = dict(self.extra)
+        d["slurm"] = slurm_options.to_raw(dict(self.slurm))
         return d
 
     def to_json(self) -> str:
@@ -108,6 +111,7 @@ class Point:
         values = dict(d)
         values["environ"] = _sorted_items(values.get("environ") or {})
         values["extra"] = _sorted_items(values.get("extra") or {})
+        values["slurm"] = slurm_options.as_items("point.slurm", values.get("slurm") or {})
         return cls(**values)
 
     @classmethod
@@ -246,6 +250,7 @@ def _checkers(choices: Choices) -> dict[str, Callable[[str, Any], Any]]:
         "env": _optional(choice("env")),
         "environ": _environ,
         "extra": _extra,
+        "slurm": slurm_options.as_items,
     }
 
 
@@ -268,6 +273,8 @@ class Sweep:
     executor: str
     points: tuple[Point, ...]
     options: Options = Options()
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # defaults for every point (slurm_options)
+    profile: str | None = None  # site profile name (slurm/profiles/NAME.yaml) or path
     text: str = ""  # the spec as written, recorded in every point file
     origin: Mapping[str, str] = field(default_factory=dict)  # field -> "matrix" | "fixed"
     warnings: tuple[str, ...] = ()
@@ -276,7 +283,7 @@ class Sweep:
 PointCheck = Callable[[Point], Iterable[tuple[str, str, str]]]
 """Returns (field, problem, allowed) for each cross-field problem of one point."""
 
-_TOP_KEYS = ("name", "description", "executor", "matrix", "fixed", "exclude", "options")
+_TOP_KEYS = ("name", "description", "executor", "profile", "slurm", "matrix", "fixed", "exclude", "options")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -324,6 +331,8 @@ def load_sweep(text: str, choices: Choices | None = None, check: PointCheck | No
     if "description" in raw and not isinstance(raw["description"], str):
         raise SpecError("description", "is not a string", "text")
     executor = _one_of(EXECUTORS)("executor", raw.get("executor", "local"))
+    slurm = slurm_options.parse("slurm", raw.get("slurm"))
+    profile = None if raw.get("profile") is None else _text("profile", raw["profile"])
 
     matrix = _section(raw, "matrix")
     fixed = _section(raw, "fixed")
@@ -368,7 +377,7 @@ def load_sweep(text: str, choices: Choices | None = None, check: PointCheck | No
                 raise SpecError(where, f"{problem} [point {p.id}: {p.label()}]", allowed)
 
     warnings = tuple(f"exclude[{i}] matches no point" for i, u in enumerate(used) if not u)
-    return Sweep(name, executor, tuple(points), options, text, origin, warnings)
+    return Sweep(name, executor, tuple(points), options, slurm, profile, text, origin, warnings)
 
 
 def _no_unknown(mapping: Mapping[Any, Any], allowed: Sequence[str], path: str) -> None:

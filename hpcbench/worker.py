@@ -47,6 +47,7 @@ def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str
     prov = provenance.collect()
     prov.update(extra)
     prov.update(hostnames=hosts, launcher_source=renv.source, slurm_job_id=os.environ.get("SLURM_JOB_ID", ""))
+    prov["site_profile"] = run.profile
     return FileMeta(root=root, point=point_attrs, provenance=prov)
 
 

@@ -93,6 +93,7 @@ class LocalExecutor(Executor):
             self.manifest.save()
             if self.verbose:
                 print("+ " + shlex.join(launch.argv), file=self.out, flush=True)
+            entry.log = f"logs/{entry.id}.log"
             log = directory / entry.log
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as f:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import socket
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -133,7 +134,8 @@ class TorchFramework(Framework):
         timeout = datetime.timedelta(seconds=float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", "300")))
         if comm is not None:
             # Rendezvous through MPI: rank 0 opens a store on a free port and tells the others.
-            host = os.environ.get("HPCBENCH_MASTER_ADDR") or (renv.hostname if renv.size > 1 else "127.0.0.1")
+            # The host's own name, not the launcher's node name: Slurm node names need not resolve.
+            host = os.environ.get("HPCBENCH_MASTER_ADDR") or (socket.gethostname() if renv.size > 1 else "127.0.0.1")
             if comm.rank == 0:
                 store = dist.TCPStore(  # type: ignore[attr-defined]
                     host, 0, renv.size, is_master=True, timeout=timeout, wait_for_workers=False

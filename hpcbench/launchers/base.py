@@ -25,9 +25,14 @@ class LaunchContext:
     local: bool = True  # every rank on this host (local executor)
     cores_per_node: int = os.cpu_count() or 1
     rendezvous: str | None = None  # host:port of the first node, for launchers that need one across nodes
+    srun_args: tuple[str, ...] = ("--mpi=pmix",)  # from the site profile
+    mpirun_args: tuple[str, ...] = ()  # from the site profile
+    container: tuple[str, ...] = ()  # prefix of every rank's command (site profile)
+    hosts: tuple[str, ...] = ()  # the job's nodes, known at run time
+    forward_env: tuple[str, ...] = ()  # more variables to hand to ranks on other nodes (site profile)
 
     def worker_argv(self) -> list[str]:
-        return [self.python, "-m", "hpcbench.worker", self.run_file]
+        return [*self.container, self.python, "-m", "hpcbench.worker", self.run_file]
 
 
 def threads_per_rank(point: Point, ctx: LaunchContext) -> int:
@@ -38,7 +43,15 @@ def threads_per_rank(point: Point, ctx: LaunchContext) -> int:
 
 
 class Launcher(ABC):
+    """Starts a point's ranks.
+
+    `tasks` says what a batch job runs (see executors/slurm.py): "rank" - one Slurm task per
+    rank, each running the worker (the launcher is Slurm itself); "node" - one task per
+    node running `command`; "job" - `command` once, in the batch step, over the allocation.
+    """
+
     name: ClassVar[str]
+    tasks: ClassVar[str] = "job"
     requires: ClassVar[tuple[str, ...]] = ()  # Python modules it needs
     program: ClassVar[str | None] = None  # executable it needs on PATH
     frameworks: ClassVar[tuple[str, ...] | None] = None  # None: any framework

@@ -18,8 +18,9 @@ class Mpirun(Launcher):
             # of oversubscribed ranks are not pinned onto one core.
             argv += ["--oversubscribe", "--bind-to", "none"]
         else:
-            argv += ["--map-by", f"ppr:{point.ranks_per_node}:node"]
-        for name in sorted({**self.environment(point, ctx), **dict(point.environ)}):
+            argv += ["--map-by", f"ppr:{point.ranks_per_node}:node", "--bind-to", "none"]
+        argv += ctx.mpirun_args
+        for name in sorted({*self.environment(point, ctx), *dict(point.environ), *ctx.forward_env}):
             argv += ["-x", name]  # forwarded to ranks on other nodes too
         return argv + ctx.worker_argv()
 

@@ -12,6 +12,7 @@ class Torchrun(Launcher):
     name = "torchrun"
     requires = ("torch",)
     frameworks = ("torch",)
+    tasks = "node"
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:
@@ -23,7 +24,7 @@ class Torchrun(Launcher):
             nodes += ["--rdzv-id", point.id]
             per_node = point.ranks_per_node
         return [
-            ctx.python, "-m", "torch.distributed.run",
+            *ctx.container, ctx.python, "-m", "torch.distributed.run",
             *nodes,
             "--nproc-per-node", str(per_node),
             "--max-restarts", "0",

@@ -1,0 +1,265 @@
+"""Submit points as Slurm batch jobs through submitit; points of one resource shape go in one
+job array (split at the cluster's MaxArraySize).
+
+How a job starts its ranks follows the point's launcher (`Launcher.tasks`):
+"rank" - one task per rank through srun, each running the worker; "node" - one task per
+node running the launcher (torchrun); "job" - the launcher once in the batch step over the
+whole allocation (mpirun, horovodrun).
+
+States come back from `sacct`; results from the point files themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from hpcbench import jobs
+from hpcbench import manifest as mf
+from hpcbench.errors import HpcbenchError
+from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.executors.local import result_status
+from hpcbench.launchers import LAUNCHERS
+from hpcbench.plan import Launch
+from hpcbench.profiles import SiteProfile
+from hpcbench.slurm_options import SlurmOptions
+from hpcbench.spec import Point
+from hpcbench.store import schema
+
+# sacct states that end a job without a result of ours
+FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+DEFAULT_MAX_ARRAY_SIZE = 1001
+
+
+def job_name(sweep: str) -> str:
+    """Slurm job names are written into #SBATCH lines: keep them to safe characters."""
+    return (re.sub(r"[^A-Za-z0-9._-]+", "_", sweep).strip("._") or "hpcbench")[:64]
+
+
+def _run(argv: list[str], what: str) -> str:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    except FileNotFoundError:
+        raise HpcbenchError(f"{argv[0]} not found: this host has no Slurm client; use executor: local") from None
+    except subprocess.TimeoutExpired:
+        raise HpcbenchError(f"{what}: `{' '.join(argv)}` did not answer in 60 s: is slurmctld up?") from None
+    if proc.returncode != 0:
+        msg = " ".join((proc.stderr or proc.stdout).split())
+        raise HpcbenchError(
+            f"{what}: Slurm controller unreachable ({msg or f'exit {proc.returncode}'}); check that slurmctld "
+            "runs and that SLURM_CONF names its configuration; nothing was submitted"
+        )
+    return proc.stdout
+
+
+def check_controller() -> None:
+    out = _run(["scontrol", "ping"], "scontrol ping")
+    if "UP" not in out:
+        raise HpcbenchError(
+            f"Slurm controller unreachable ({' '.join(out.split())}); check that slurmctld runs and that "
+            "SLURM_CONF names its configuration; nothing was submitted"
+        )
+
+
+def max_array_size() -> int:
+    out = _run(["scontrol", "show", "config"], "scontrol show config")
+    m = re.search(r"^MaxArraySize\s*=\s*(\d+)", out, re.MULTILINE)
+    return int(m.group(1)) if m else DEFAULT_MAX_ARRAY_SIZE
+
+
+def job_parameters(point: Point, sweep: str, defaults: SlurmOptions, profile: SiteProfile) -> dict[str, Any]:
+    """submitit's SlurmExecutor parameters for one point: its resource shape."""
+    opts = defaults.merged(dict(point.slurm))
+    tasks = LAUNCHERS.get(point.launcher).tasks
+    params: dict[str, Any] = {
+        "job_name": job_name(sweep),
+        "nodes": point.nodes,
+        "time": opts.time,
+        "signal_delay_s": opts.signal_delay_s,
+        "array_parallelism": opts.array_parallelism,
+        "stderr_to_stdout": True,
+        "setup": profile.setup_lines() + list(opts.setup),
+        "additional_parameters": dict(opts.additional),
+    }
+    for key in ("partition", "account", "qos", "constraint", "exclusive", "mem", "cpus_per_task"):
+        if getattr(opts, key) is not None:
+            params[key] = getattr(opts, key)
+    if point.device == "cuda":
+        params["gpus_per_node"] = point.ranks_per_node
+    if tasks == "rank":
+        params.update(ntasks_per_node=point.ranks_per_node, use_srun=True, srun_args=list(profile.srun_args))
+    elif tasks == "node":
+        params.update(ntasks_per_node=1, use_srun=True, srun_args=[])
+    else:  # the launcher spreads ranks over the allocation's task slots
+        params.update(ntasks_per_node=point.ranks_per_node, use_srun=False)
+    return params
+
+
+def job_function(point: Point) -> Callable[[str, dict[str, str]], None]:
+    return jobs.run_rank if LAUNCHERS.get(point.launcher).tasks == "rank" else jobs.run_launcher
+
+
+def check_path(directory: Path) -> None:
+    if _CONTROL.search(str(directory)):
+        raise HpcbenchError(
+            f"sweep directory {str(directory)!r} contains control characters, which cannot be written into "
+            "an sbatch script; choose another --out"
+        )
+
+
+def sbatch_text(params: dict[str, Any], folder: Path, count: int) -> str:
+    """The batch script submitit writes for these parameters (for dry runs and golden tests)."""
+    from submitit.slurm import slurm as submitit_slurm
+
+    command = " ".join([shlex.quote(sys.executable), "-u -m submitit.core._submit", shlex.quote(str(folder))])
+    extra: dict[str, Any] = {"map_count": count} if count > 1 else {}
+    text: str = submitit_slurm._make_sbatch_string(command=command, folder=folder, **params, **extra)
+    return text
+
+
+def groups(
+    launches: Sequence[Launch], sweep: str, defaults: SlurmOptions, profile: SiteProfile
+) -> list[tuple[dict[str, Any], list[Launch]]]:
+    """Launches with equal job parameters, in first-seen order."""
+    out: dict[str, tuple[dict[str, Any], list[Launch]]] = {}
+    for launch in launches:
+        params = job_parameters(launch.point, sweep, defaults, profile)
+        key = json.dumps(params, sort_keys=True)
+        out.setdefault(key, (params, []))[1].append(launch)
+    return list(out.values())
+
+
+def chunks(items: Sequence[Launch], size: int) -> Iterable[Sequence[Launch]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+@EXECUTORS.register
+class SlurmExecutor(Executor):
+    name = "slurm"
+    requires = ("submitit",)
+    local = False
+
+    def _defaults(self, profile: SiteProfile) -> SlurmOptions:
+        return SlurmOptions().merged(dict(profile.slurm)).merged(self.sweep.slurm)
+
+    def _submission_dir(self) -> Path:
+        # A fresh folder per submission: Slurm job ids restart after a controller reset, and a
+        # reused <job id> folder would hand back an old job's results.
+        root = self.manifest.directory / "slurm"
+        n = 1
+        while (root / f"submission-{n:03d}").exists():
+            n += 1
+        return root / f"submission-{n:03d}"
+
+    def dry_run(self, launches: Sequence[Launch]) -> list[Path]:
+        """Write the sbatch scripts that would be submitted; submit nothing."""
+        profile = self.profile
+        check_path(self.manifest.directory)
+        self.manifest.directory.mkdir(parents=True, exist_ok=True)
+        defaults = self._defaults(profile)
+        folder = self.manifest.directory / "slurm" / "dry-run"
+        written = []
+        for i, (params, items) in enumerate(groups(launches, self.manifest.name, defaults, profile), start=1):
+            path = self.manifest.directory / f"job-{i:03d}.sbatch"
+            text = sbatch_text(params, folder / "%j", len(items))
+            shebang, _, rest = text.partition("\n")
+            points = " ".join(x.point.id for x in items)
+            path.write_text(f"{shebang}\n# hpcbench dry run, not submitted: points {points}\n{rest}")
+            written.append(path)
+        return written
+
+    def run(self, launches: Sequence[Launch]) -> None:
+        import submitit
+
+        profile = self.profile
+        check_path(self.manifest.directory)
+        check_controller()
+        limit = max_array_size()
+        defaults = self._defaults(profile)
+        folder = self._submission_dir()
+        submitted = 0
+        for params, items in groups(launches, self.manifest.name, defaults, profile):
+            executor = submitit.SlurmExecutor(folder=folder / "%j", max_num_timeout=0)
+            executor.update_parameters(**params)
+            for chunk in chunks(items, limit):
+                try:
+                    with executor.batch():
+                        handles = [executor.submit(job_function(x.point), x.run_file, x.env) for x in chunk]
+                except Exception as exc:  # noqa: BLE001 - sbatch's failure, whatever submitit raised
+                    detail = " ".join(str(getattr(exc, "stderr", "") or exc).split())
+                    raise HpcbenchError(
+                        f"sbatch failed after {submitted} of {len(launches)} points were submitted ({detail}); "
+                        f"check the Slurm controller, then `python -m hpcbench.sweep resume {self.manifest.directory}`"
+                    ) from None
+                for launch, job in zip(chunk, handles, strict=True):
+                    entry = self.manifest.entries[launch.point.id]
+                    entry.state, entry.job_id, entry.reason = mf.QUEUED, str(job.job_id), ""
+                    entry.attempts += 1
+                    entry.started, entry.ended = mf.now(), ""
+                    entry.log = str(job.paths.stdout).replace("%t", "0")
+                    if self.verbose:
+                        print(f"+ {entry.id}: job {job.job_id}: {' '.join(launch.argv)}", file=self.out)
+                submitted += len(chunk)
+                self.manifest.save()
+        print(f"submitted {submitted} points as Slurm jobs (folder {folder})", file=self.out)
+
+    def refresh(self) -> None:
+        refresh(self.manifest)
+
+    def cancel(self) -> list[str]:
+        active = [e for e in self.manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
+        if active:
+            _run(["scancel", *[e.job_id for e in active]], "scancel")
+        for e in active:
+            e.state, e.reason, e.ended = mf.FAILED, f"cancelled by the user; see {e.log}", mf.now()
+        self.manifest.save()
+        return [e.id for e in active]
+
+
+def sacct_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """job id -> Slurm state of the allocation (not its steps), from sacct."""
+    if not job_ids:
+        return {}
+    out = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(job_ids)], "sacct")
+    states = {}
+    for line in out.splitlines():
+        job, _, state = line.partition("|")
+        states[job.strip()] = state.split()[0] if state.split() else ""
+    return states
+
+
+def refresh(manifest: mf.Manifest) -> None:
+    """Bring queued / running entries up to date from sacct and the point files."""
+    active = [e for e in manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
+    states = sacct_states([e.job_id for e in active])
+    changed = False
+    for e in active:
+        state = states.get(e.job_id, "")
+        status = result_status(manifest.directory / e.result)
+        if state in ("PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
+            new, reason = mf.QUEUED, ""
+        elif state in ("RUNNING", "COMPLETING"):
+            new, reason = mf.RUNNING, ""
+        elif state == "COMPLETED":
+            ok = status == schema.STATUS_COMPLETE
+            new = mf.DONE if ok else mf.FAILED
+            reason = "" if ok else f"job completed but result is {status or 'missing'}; see {e.log}"
+        elif state in FAILED_STATES:
+            new, reason = mf.FAILED, f"Slurm state {state}; see {e.log}"
+        else:  # not in sacct yet
+            continue
+        if (new, reason) != (e.state, e.reason):
+            e.state, e.reason = new, reason
+            if new in (mf.DONE, mf.FAILED):
+                e.ended = mf.now()
+            changed = True
+    if changed:
+        manifest.save()

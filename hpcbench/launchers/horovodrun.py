@@ -1,0 +1,23 @@
+"""Horovod's horovodrun: ranks over the given hosts (Gloo or MPI controller, Horovod's choice)."""
+
+from __future__ import annotations
+
+from hpcbench.errors import LaunchError
+from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.spec import Point
+
+
+@LAUNCHERS.register
+class Horovodrun(Launcher):
+    name = "horovodrun"
+    requires = ("horovod",)
+    program = "horovodrun"
+
+    def command(self, point: Point, ctx: LaunchContext) -> list[str]:
+        if ctx.local:
+            hosts = f"localhost:{point.ranks}"
+        elif ctx.hosts:
+            hosts = ",".join(f"{h}:{point.ranks_per_node}" for h in ctx.hosts)
+        else:
+            raise LaunchError("horovodrun across nodes needs the job's host names")
+        return ["horovodrun", "-np", str(point.ranks), "-H", hosts, *ctx.worker_argv()]

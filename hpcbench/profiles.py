@@ -1,0 +1,139 @@
+"""Site profiles: what a cluster needs around every job (modules, network settings, container).
+
+A profile is a YAML file, found by name in $HPCBENCH_PROFILES (a ':'-separated list of
+folders) and then in the `slurm/profiles/` folder of this source tree, or given by path::
+
+    description: one line
+    modules: [gcc/12, openmpi/4.1]           # `module load ...` before the job's command
+    setup: ["source /etc/profile"]           # more shell lines before it (shell, by design)
+    env: {NCCL_IB_HCA: mlx5_0, UCX_NET_DEVICES: mlx5_0:1}   # for every rank
+    srun_args: [--mpi=pmix]                  # how srun starts MPI ranks here
+    mpirun_args: []                          # extra mpirun options inside a job
+    container: [apptainer, exec, --nv, /images/dl.sif]   # prefix of every rank's command
+    slurm: {partition: gpu, account: proj}   # option defaults under the spec's slurm section
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hpcbench import slurm_options
+from hpcbench.errors import SpecError
+from hpcbench.spec import parse_yaml
+
+DEFAULT = "generic"
+_SOURCE_DIR = Path(__file__).resolve().parent.parent / "slurm" / "profiles"
+_KEYS = ("description", "modules", "setup", "env", "srun_args", "mpirun_args", "container", "slurm")
+
+
+@dataclass(frozen=True)
+class SiteProfile:
+    name: str
+    path: str
+    description: str = ""
+    modules: tuple[str, ...] = ()
+    setup: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    srun_args: tuple[str, ...] = ("--mpi=pmix",)
+    mpirun_args: tuple[str, ...] = ()
+    container: tuple[str, ...] = ()
+    slurm: tuple[tuple[str, Any], ...] = ()
+
+    def setup_lines(self) -> list[str]:
+        lines = [shlex.join(["module", "load", *self.modules])] if self.modules else []
+        return lines + list(self.setup)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "path": self.path,
+            "description": self.description,
+            "modules": list(self.modules),
+            "setup": list(self.setup),
+            "env": dict(self.env),
+            "srun_args": list(self.srun_args),
+            "mpirun_args": list(self.mpirun_args),
+            "container": list(self.container),
+            "slurm": slurm_options.to_raw(dict(self.slurm)),
+        }
+
+
+def search_path() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get("HPCBENCH_PROFILES", "").split(":") if p]
+    return [*extra, _SOURCE_DIR]
+
+
+def available() -> list[str]:
+    return sorted({p.stem for d in search_path() if d.is_dir() for p in d.glob("*.yaml")})
+
+
+def _strings(path: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v and "\0" not in v for v in value):
+        raise SpecError(path, f"{value!r} is not a list of strings", "a list of non-empty strings")
+    return tuple(value)
+
+
+def _env(path: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"{value!r} is not a mapping", "NAME: value")
+    for k, v in value.items():
+        if not isinstance(k, str) or not k.replace("_", "a").isalnum() or k[0].isdigit():
+            raise SpecError(f"{path}.{k}", "is not a valid environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
+        if not isinstance(v, str | int | float) or isinstance(v, bool) or "\0" in str(v):
+            raise SpecError(f"{path}.{k}", f"{v!r} is not a string or number", "a string or a number")
+    return tuple(sorted((str(k), str(v)) for k, v in value.items()))
+
+
+def parse(name: str, path: Path, text: str) -> SiteProfile:
+    raw = parse_yaml(text) or {}
+    where = f"profile {name}"
+    if not isinstance(raw, Mapping):
+        raise SpecError(where, "is not a mapping", ", ".join(_KEYS))
+    for key in raw:
+        if key not in _KEYS:
+            raise SpecError(f"{where}: {key}", "unknown key", ", ".join(_KEYS))
+    values: dict[str, Any] = {}
+    for key in ("modules", "setup", "srun_args", "mpirun_args", "container"):
+        if key in raw:
+            values[key] = _strings(f"{where}: {key}", raw[key])
+    if "env" in raw:
+        values["env"] = _env(f"{where}: env", raw["env"])
+    if "slurm" in raw:
+        values["slurm"] = slurm_options.as_items(f"{where}: slurm", raw["slurm"])
+    description = raw.get("description", "")
+    return SiteProfile(name=name, path=str(path), description=str(description), **values)
+
+
+def load(name_or_path: str | None) -> SiteProfile:
+    """The profile of that name (or file); `None` means the generic one."""
+    name = name_or_path or DEFAULT
+    candidate = Path(name)
+    if candidate.suffix in (".yaml", ".yml") or os.sep in name:
+        paths = [candidate]
+    else:
+        paths = [d / f"{name}.yaml" for d in search_path()]
+    for path in paths:
+        if path.is_file():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise SpecError("profile", f"{path} cannot be read ({exc})") from None
+            return parse(candidate.stem, path, text)
+    raise SpecError("profile", f"{name!r} not found", ", ".join(available()) or "no profiles found")
+
+
+def from_dict(d: Mapping[str, Any]) -> SiteProfile:
+    """The profile recorded in a run file (SiteProfile.as_dict) back as a SiteProfile."""
+    text = yaml.safe_dump({k: v for k, v in d.items() if k in _KEYS})
+    return parse(str(d.get("name", DEFAULT)), Path(str(d.get("path", ""))), text)
+
+
+def dump(profile: SiteProfile) -> str:
+    return yaml.safe_dump(profile.as_dict(), sort_keys=True)
