@@ -61,7 +61,7 @@ def test_mpirun_multi_node_argv_forwards_point_environ() -> None:
     ctx = LaunchContext(python=PY, run_file=RUN, local=False, cores_per_node=64)
     point = Point(nodes=2, ranks_per_node=4, environ=(("NCCL_DEBUG", "INFO"),))
     assert command("mpirun", point, ctx) == [
-        "mpirun", "-n", "8", "--map-by", "ppr:4:node",
+        "mpirun", "-n", "8", "--map-by", "ppr:4:node", "--bind-to", "none",
         "-x", "MKL_NUM_THREADS",
         "-x", "NCCL_DEBUG",
         "-x", "OMPI_ALLOW_RUN_AS_ROOT",
