@@ -41,6 +41,8 @@ def spec_text(name: str = "t", matrix: dict[str, Any] | None = None, **fixed: An
     base: dict[str, Any] = {"batch_size": 8, "iterations": 4, "warmup": 1, "model": "lenet"}
     base.update(fixed)
     options = base.pop("options", None)
+    for axis in matrix or {}:
+        base.pop(axis, None)  # an axis of the matrix is not also fixed
     spec: dict[str, Any] = {"name": name, "executor": "local", "matrix": matrix or {"ranks_per_node": [1]}}
     spec["fixed"] = base
     if options:

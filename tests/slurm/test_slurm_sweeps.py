@@ -1,0 +1,171 @@
+"""Sweeps through real sbatch / srun / mpirun / torchrun on the single-host test cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from hpcbench.manifest import DONE, FAILED, Manifest
+from hpcbench.store.reader import read_point
+from tests.conftest import ROOT, run_module, spec_text
+from tests.slurm.conftest import MAX_ARRAY_SIZE, wait_for_state, wait_until_finished
+
+pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
+
+SLURM = {"executor": "slurm", "profile": "testcluster"}
+
+
+def slurm_spec(name: str, matrix: dict[str, object], **fixed: object) -> str:
+    text = spec_text(name, matrix, **fixed)
+    return text.replace("executor: local", "executor: slurm\nprofile: testcluster")
+
+
+def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(
+        slurm_spec("scale", {"nodes": [1, 2, 4], "launcher": ["srun", "mpirun"]}, ranks_per_node=2, threads=1)
+    )
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "submitted 6 points" in res.stdout
+    wait_until_finished(out)
+    manifest = Manifest.load(out)
+    assert {e.state for e in manifest.entries.values()} == {DONE}, [e.reason for e in manifest.entries.values()]
+    for entry in manifest.entries.values():
+        data = read_point(out / entry.result)
+        nodes = data.point.nodes
+        assert data.complete
+        assert data.iterations.shape[0] == 2 * nodes
+        hosts = data.hostnames
+        assert all(re.fullmatch(r"c[1-4]", h) for h in hosts), hosts
+        assert len(set(hosts)) == nodes, "two ranks on each of the job's virtual nodes"
+        assert sorted(hosts.count(h) for h in set(hosts)) == [2] * nodes
+        assert data.provenance["slurm_job_id"] == entry.job_id.split("_")[0] or "_" in entry.job_id
+        assert data.provenance["site_profile"]["name"] == "testcluster"
+        source = {"srun": "slurm", "mpirun": "openmpi"}[data.point.launcher]
+        assert data.provenance["launcher_source"] == source
+
+
+def test_torchrun_across_two_nodes(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(slurm_spec("trun", {"nodes": [2]}, launcher="torchrun", ranks_per_node=2, threads=1))
+    out = tmp_path / "sweep"
+    assert run_module("hpcbench.sweep", str(spec), "--out", str(out)).returncode == 0
+    wait_until_finished(out)
+    (entry,) = Manifest.load(out).entries.values()
+    assert entry.state == DONE, entry.reason
+    data = read_point(out / entry.result)
+    assert data.iterations.shape[0] == 4
+    assert sorted(set(data.hostnames)) == sorted(set(data.hostnames))[:2] and len(set(data.hostnames)) == 2
+
+
+def test_same_shape_points_share_arrays_split_at_max_array_size(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    n = MAX_ARRAY_SIZE + 2
+    spec = write_spec(slurm_spec("arrays", {"seed": list(range(n))}, launcher="srun", iterations=2, warmup=0))
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    ids = [e.job_id for e in Manifest.load(out).entries.values()]
+    arrays = {i.split("_")[0] for i in ids}
+    assert all("_" in i for i in ids), ids
+    assert len(arrays) == 2  # MAX_ARRAY_SIZE points in the first array, the rest in a second
+    assert sorted(sum(1 for i in ids if i.startswith(a + "_")) for a in arrays) == [2, MAX_ARRAY_SIZE]
+    wait_until_finished(out)
+    assert {e.state for e in Manifest.load(out).entries.values()} == {DONE}
+
+
+def test_scancel_is_reported_failed_and_resume_reruns_only_that_point(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    spec = write_spec(slurm_spec("cancel", {"iterations": [3, 3000]}, launcher="srun", warmup=0))
+    out = tmp_path / "sweep"
+    assert run_module("hpcbench.sweep", str(spec), "--out", str(out)).returncode == 0
+    entries = {e.point["iterations"]: e for e in Manifest.load(out).entries.values()}
+    long, short = entries[3000], entries[3]
+    wait_for_state(out, long.id, "running")
+    subprocess.run(["scancel", long.job_id], check=True)
+    res = wait_until_finished(out)
+    assert res.returncode == 1  # a point failed
+    after = Manifest.load(out).entries
+    assert after[short.id].state == DONE
+    assert after[long.id].state == FAILED
+    assert "CANCELLED" in after[long.id].reason and after[long.id].log in after[long.id].reason
+    assert Path(after[long.id].log).exists()
+
+    res = run_module("hpcbench.sweep", "resume", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "resuming 1 of 2 points" in res.stdout
+    resumed = Manifest.load(out).entries
+    assert resumed[short.id].job_id == short.job_id and resumed[short.id].attempts == 1
+    assert resumed[long.id].job_id != long.job_id and resumed[long.id].attempts == 2
+    # the cancelled attempt's partial file is kept aside, not overwritten
+    wait_until_finished(out, timeout=400)
+    assert Manifest.load(out).entries[long.id].state == DONE
+
+
+def test_hostile_name_paths_and_values_execute_nothing(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    evil = 'x\'; touch PWNED; $(touch PWNED2) `touch PWNED3` "q"'
+    name = f"evil {evil}"
+    text = slurm_spec(
+        "placeholder", {"ranks_per_node": [2]}, launcher="srun", environ={"HPCBENCH_PROBE": evil + "\nline2"}
+    )
+    text = text.replace("name: placeholder", f"name: {json.dumps(name)}")
+    spec = write_spec(text)
+    out = tmp_path / f"out dir {evil}"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_until_finished(out)
+    (entry,) = Manifest.load(out).entries.values()
+    assert entry.state == DONE, entry.reason
+    data = read_point(out / entry.result)
+    assert data.attrs["sweep"] == name
+    assert data.provenance["environment"]["HPCBENCH_PROBE"] == evil + "\nline2"  # arrived intact, as data
+    for where in (ROOT, tmp_path, out, Path.cwd(), Path("/tmp")):
+        for marker in ("PWNED", "PWNED2", "PWNED3"):
+            assert not (where / marker).exists(), where / marker
+
+
+def test_output_path_with_newline_is_refused_before_submission(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(slurm_spec("nl", {"ranks_per_node": [1]}, launcher="srun"))
+    out = tmp_path / "bad\nname"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
+    assert res.returncode == 1
+    assert "control characters" in res.stderr
+    assert not any(e.job_id for e in Manifest.load(out).entries.values())
+
+
+def test_unreachable_controller_submits_and_records_nothing(
+    write_spec: Callable[..., Path], tmp_path: Path, slurm_cluster: str
+) -> None:
+    conf = Path(slurm_cluster).read_text()
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(re.sub(r"(?m)^SlurmctldPort=.*$", "SlurmctldPort=1", conf))
+    spec = write_spec(slurm_spec("down", {"ranks_per_node": [1]}, launcher="srun"))
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"SLURM_CONF": str(bad)}, timeout=120)
+    assert res.returncode == 1
+    (line,) = res.stderr.strip().splitlines()
+    assert "Slurm controller unreachable" in line and "SLURM_CONF" in line and "nothing was submitted" in line
+    entries = Manifest.load(out).entries.values() if (out / "manifest.json").exists() else []
+    assert all(e.state == "pending" and not e.job_id for e in entries)
+
+
+def test_the_same_spec_runs_on_the_local_executor(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = slurm_spec("both", {"nodes": [1, 2], "launcher": ["mpirun", "torchrun"]}, ranks_per_node=1)
+    local = write_spec(text.replace("executor: slurm", "executor: local"), "local.yaml")
+    out = tmp_path / "local"
+    res = run_module("hpcbench.sweep", str(local), "--out", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    for entry in Manifest.load(out).entries.values():
+        data = read_point(out / entry.result)
+        assert data.complete and data.iterations.shape[0] == data.point.nodes
+        assert set(data.hostnames) == {os.uname().nodename}
