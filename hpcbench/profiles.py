@@ -26,7 +26,7 @@ import yaml
 
 from hpcbench import slurm_options
 from hpcbench.errors import SpecError
-from hpcbench.spec import parse_yaml
+from hpcbench.spec import environ_items, parse_yaml
 
 DEFAULT = "generic"
 _SOURCE_DIR = Path(__file__).resolve().parent.parent / "slurm" / "profiles"
@@ -80,17 +80,6 @@ def _strings(path: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _env(path: str, value: Any) -> tuple[tuple[str, str], ...]:
-    if not isinstance(value, Mapping):
-        raise SpecError(path, f"{value!r} is not a mapping", "NAME: value")
-    for k, v in value.items():
-        if not isinstance(k, str) or not k.replace("_", "a").isalnum() or k[0].isdigit():
-            raise SpecError(f"{path}.{k}", "is not a valid environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
-        if not isinstance(v, str | int | float) or isinstance(v, bool) or "\0" in str(v):
-            raise SpecError(f"{path}.{k}", f"{v!r} is not a string or number", "a string or a number")
-    return tuple(sorted((str(k), str(v)) for k, v in value.items()))
-
-
 def parse(name: str, path: Path, text: str) -> SiteProfile:
     raw = parse_yaml(text) or {}
     where = f"profile {name}"
@@ -104,7 +93,7 @@ def parse(name: str, path: Path, text: str) -> SiteProfile:
         if key in raw:
             values[key] = _strings(f"{where}: {key}", raw[key])
     if "env" in raw:
-        values["env"] = _env(f"{where}: env", raw["env"])
+        values["env"] = environ_items(f"{where}: env", raw["env"])
     if "slurm" in raw:
         values["slurm"] = slurm_options.as_items(f"{where}: slurm", raw["slurm"])
     description = raw.get("description", "")

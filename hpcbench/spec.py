@@ -191,7 +191,7 @@ def _one_of(choices: Sequence[str]) -> Callable[[str, Any], str]:
     return check
 
 
-def _environ(path: str, value: Any) -> tuple[tuple[str, str], ...]:
+def environ_items(path: str, value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, Mapping):
         raise SpecError(path, f"{value!r} is not a mapping", "a mapping NAME: value")
     items = []
@@ -248,7 +248,7 @@ def _checkers(choices: Choices) -> dict[str, Callable[[str, Any], Any]]:
         "seed": _int(0),
         "threads": _optional(_int(1)),
         "env": _optional(choice("env")),
-        "environ": _environ,
+        "environ": environ_items,
         "extra": _extra,
         "slurm": slurm_options.as_items,
     }

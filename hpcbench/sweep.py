@@ -14,6 +14,7 @@ import argparse
 import re
 import shlex
 import shutil
+import signal
 import sys
 import time
 import traceback
@@ -29,6 +30,7 @@ from hpcbench.executors import EXECUTORS, Executor
 from hpcbench.executors.local import result_status
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS
+from hpcbench.lock import sweep_lock
 from hpcbench.manifest import Manifest
 from hpcbench.profiles import SiteProfile
 from hpcbench.runfile import RunFile
@@ -83,7 +85,14 @@ def _submit(
     """Write run files and manifest entries, then run or submit the points (all, or `only`)."""
     executor_cls = EXECUTORS.load(sweep.executor)
     _check_runnable(sweep, executor_cls.local)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    with sweep_lock(out_dir):
+        return _submit_locked(sweep, profile, out_dir, only, verbose, out)
+
+
+def _submit_locked(
+    sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[str] | None, verbose: bool, out: TextIO
+) -> int:
+    executor_cls = EXECUTORS.load(sweep.executor)
     write_text_atomic(out_dir / SPEC_FILE, sweep.text)
     manifest = Manifest.open(out_dir, sweep.name, sweep.executor)
     points = [p for p in sweep.points if only is None or p.id in only]
@@ -182,8 +191,9 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_cancel(args: argparse.Namespace, out: TextIO) -> int:
     _, executor = _load(Path(args.dir), out)
-    executor.refresh()
-    cancelled = executor.cancel()
+    with sweep_lock(Path(args.dir)):
+        executor.refresh()
+        cancelled = executor.cancel()
     print(f"cancelled {len(cancelled)} points" + (f": {' '.join(cancelled)}" if cancelled else ""), file=out)
     return 0
 
@@ -216,7 +226,13 @@ def parser() -> argparse.ArgumentParser:
 COMMANDS = {"run": cmd_run, "status": cmd_status, "resume": cmd_resume, "cancel": cmd_cancel}
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # SIGTERM (scancel, kill, a CI timeout) unwinds like Ctrl-C: running ranks are stopped, not orphaned.
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS:

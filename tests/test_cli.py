@@ -101,3 +101,30 @@ def test_analyze_refuses_a_directory_without_results(tmp_path: Path) -> None:
     res = run_module("hpcbench.analyze", str(tmp_path))
     assert res.returncode == 1
     assert "no complete point files" in res.stderr
+
+
+def test_second_submission_into_a_busy_directory_stops_with_a_clear_message(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "s"
+    spec = write_spec(spec_text("busy", iterations=100_000))
+    first = subprocess.Popen(
+        [sys.executable, "-m", "hpcbench.sweep", str(spec), "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "logs").exists() and time.monotonic() < deadline:  # the first one is running its point
+            time.sleep(0.2)
+        manifest = (out / "manifest.json").read_text()
+        res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
+        assert res.returncode == 1
+        assert f"{out} is in use by another hpcbench.sweep (pid {first.pid})" in res.stderr
+        assert (out / "manifest.json").read_text() == manifest
+    finally:
+        first.terminate()
+        first.wait(timeout=60)

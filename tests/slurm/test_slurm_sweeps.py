@@ -169,3 +169,19 @@ def test_the_same_spec_runs_on_the_local_executor(write_spec: Callable[..., Path
         data = read_point(out / entry.result)
         assert data.complete and data.iterations.shape[0] == data.point.nodes
         assert set(data.hostnames) == {os.uname().nodename}
+
+
+def test_cancel_stops_queued_and_running_points(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(slurm_spec("stop", {"seed": [1, 2]}, launcher="srun", iterations=5000, warmup=0))
+    out = tmp_path / "sweep"
+    assert run_module("hpcbench.sweep", str(spec), "--out", str(out)).returncode == 0
+    first = next(iter(Manifest.load(out).entries))
+    wait_for_state(out, first, "running")
+    res = run_module("hpcbench.sweep", "cancel", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "cancelled 2 points" in res.stdout
+    entries = Manifest.load(out).entries.values()
+    assert all(e.state == FAILED and "cancelled by the user" in e.reason for e in entries)
+    jobs = [e.job_id for e in entries]
+    left = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True)
+    assert not [j for j in left.stdout.split() if j in jobs]
