@@ -96,8 +96,10 @@ def parse(name: str, path: Path, text: str) -> SiteProfile:
         values["env"] = environ_items(f"{where}: env", raw["env"])
     if "slurm" in raw:
         values["slurm"] = slurm_options.as_items(f"{where}: slurm", raw["slurm"])
-    description = raw.get("description", "")
-    return SiteProfile(name=name, path=str(path), description=str(description), **values)
+    description = raw.get("description") or ""
+    if not isinstance(description, str):
+        raise SpecError(f"{where}: description", f"{description!r} is not a string", "one line of text")
+    return SiteProfile(name=name, path=str(path), description=description, **values)
 
 
 def load(name_or_path: str | None) -> SiteProfile:

@@ -18,11 +18,14 @@ from typing import Any
 
 from hpcbench.errors import SpecError
 
-_MEM = re.compile(r"\d+[KMGT]?\Z")
+_MEM = re.compile(r"[0-9]+[KMGT]?\Z")
 _SBATCH_NAME = re.compile(r"[a-z][a-z0-9-]*\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Options that hpcbench derives itself and must not be overridden through `additional`.
-DERIVED = ("nodes", "ntasks", "ntasks-per-node", "gpus-per-node", "array", "output", "error", "job-name", "wrap")
+DERIVED = (
+    "nodes", "ntasks", "ntasks-per-node", "gpus-per-node", "array", "output", "error", "job-name", "wrap",
+    "signal", "open-mode",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def parse_time(path: str, value: Any) -> int:
         raise SpecError(path, f"{value!r} is not a time", allowed)
     days, dash, rest = value.partition("-") if "-" in value else ("0", "", value)
     parts = rest.split(":")
-    if not all(p.isdigit() for p in (days, *parts)) or len(parts) > 3:
+    if not all(p.isascii() and p.isdigit() for p in (days, *parts)) or len(parts) > 3:
         raise SpecError(path, f"{value!r} is not a time", allowed)
     numbers = [int(p) for p in parts]
     if dash:  # D-H[:M[:S]]
@@ -112,7 +115,9 @@ def _check(path: str, key: str, value: Any) -> Any:
         for name, v in value.items():
             if not isinstance(name, str) or not _SBATCH_NAME.match(name):
                 raise SpecError(f"{where}.{name}", "is not an sbatch option name", "lower-case long option names")
-            if name in DERIVED or name.replace("-", "_") in FIELDS:
+            # sbatch also takes unambiguous prefixes of long options: refuse those of ours too.
+            ours = (*DERIVED, *(f.replace("_", "-") for f in FIELDS))
+            if any(option.startswith(name) for option in ours):
                 raise SpecError(f"{where}.{name}", "is set by hpcbench or by its own key", "other sbatch options")
             out.append((name, _text(f"{where}.{name}", v)))
         return tuple(sorted(out))

@@ -88,9 +88,11 @@ def job_parameters(point: Point, sweep: str, defaults: SlurmOptions, profile: Si
         "setup": profile.setup_lines() + list(opts.setup),
         "additional_parameters": dict(opts.additional),
     }
-    for key in ("partition", "account", "qos", "constraint", "exclusive", "mem", "cpus_per_task"):
+    for key in ("partition", "account", "qos", "constraint", "mem", "cpus_per_task"):
         if getattr(opts, key) is not None:
             params[key] = getattr(opts, key)
+    if opts.exclusive:  # sbatch has no --exclusive=false: not exclusive is the absence of the flag
+        params["exclusive"] = True
     if point.device == "cuda":
         params["gpus_per_node"] = point.ranks_per_node
     if tasks == "rank":
