@@ -1,15 +1,16 @@
-"""Step time of the same model with recording on vs off, measured in one run.
+"""Step time of the same model with full tracing on vs off, measured in one run.
 
     python benchmarks/recording_overhead.py [--model lenet] [--batch 32] [--blocks 40] [--block 25]
 
 Runs one rank of the torch adapter (DDP over gloo, world size 1) and alternates blocks of
-iterations with the real recorder (marks, drains, HDF5 writes through the one-writer path)
-and with a recorder that records nothing, so that both arms see the same machine state.
+iterations with full tracing (phase marks, every all-reduce message, the resource sampler
+thread, drains and HDF5 writes through the one-writer path) and with a recorder that
+records nothing, so that both arms see the same machine state.
 Prints the ratio on/off of total times (goal <= 1.01; HDF5 writes included, one every
 `--flush-every` iterations) and the median ratio of paired blocks, in wall time and in the
 main thread's CPU time (with one compute thread the step runs on the main thread, and CPU
 time does not count the moments another process had the core: the steadier figure on a
-shared machine), and the cost of one phase mark.
+shared machine), and the cost of one phase mark and of one communication event.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from hpcbench.frameworks.torch import TorchFramework
 from hpcbench.spec import Options, Point
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, open_writer
+from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import NullRecorder, Phase, Recorder, clock_offset_ns
+from hpcbench.trace.sampler import Sampler
 
 
 def free_port() -> int:
@@ -48,13 +51,23 @@ def mark_cost_ns(n: int = 200_000) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
+def comm_event_cost_ns(n: int = 100_000) -> float:
+    """begin + end of one message, as the DDP hook records it."""
+    comm = CommRecorder(0, clock_offset_ns(), 0, capacity=n)
+    t0 = time.perf_counter_ns()
+    for i in range(n):
+        comm.end(comm.begin(i, "allreduce", "bucket0", "float32", 1 << 20))
+    return (time.perf_counter_ns() - t0) / n
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="lenet")
     ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--blocks", type=int, default=60, help="blocks per arm")
-    ap.add_argument("--block", type=int, default=20, help="iterations per block")
+    ap.add_argument("--blocks", type=int, default=300, help="blocks per arm")
+    ap.add_argument("--block", type=int, default=4, help="iterations per block (short blocks cancel drift)")
     ap.add_argument("--flush-every", type=int, default=Options.flush_every, help="iterations per HDF5 write")
+    ap.add_argument("--sample-period", type=float, default=Options.sample_period_s, help="resource sampler period (s)")
     args = ap.parse_args()
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
@@ -70,7 +83,15 @@ def main() -> None:
         meta = FileMeta(root={"epoch_ns": 0}, point={"id": "bench", "json": point.to_json()})
         writer = open_writer(Path(tmp) / "bench.h5", SelfComm(), meta, n_on, row, "gather")
         on = Recorder(args.flush_every, offset, 0)
+        on.comm = CommRecorder(0, offset, 0)
+        sampler = Sampler(0, args.sample_period, offset, 0)
+        sampler.start()
         off = NullRecorder(1, offset, 0)
+
+        def flush() -> None:
+            assert on.comm is not None
+            first = on.first
+            writer.write_iterations(first, on.drain(), {"comm": on.comm.drain(), "resources": sampler.drain()})
 
         def block(rec: Recorder) -> tuple[float, float]:
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -79,8 +100,7 @@ def main() -> None:
                 loss = fw.step(rec)
                 rec.stop(args.batch, loss)
                 if rec.full:
-                    first = rec.first
-                    writer.write_iterations(first, rec.drain())
+                    flush()
             return time.perf_counter() - t0, time.thread_time() - c0
 
         for _ in range(3):  # warm-up, both arms
@@ -90,9 +110,8 @@ def main() -> None:
             arms = ("on", "off") if i % 2 == 0 else ("off", "on")
             for arm in arms:
                 times[arm].append(block(on if arm == "on" else off))
-        if len(on):
-            first = on.first
-            writer.write_iterations(first, on.drain())
+        sampler.stop()
+        flush()
         writer.close(schema.STATUS_COMPLETE)
     fw.teardown()
 
@@ -106,7 +125,9 @@ def main() -> None:
             f"{sum(on_t) / len(on_t) / args.block * 1e3:.3f} ms on; ratio on/off {sum(on_t) / sum(off_t):.4f} "
             f"(goal <= 1.01; median of paired blocks {paired:.4f})"
         )
-    print(f"one phase mark: {mark_cost_ns():.0f} ns")
+    print(
+        f"one phase mark: {mark_cost_ns():.0f} ns; one communication event (begin + end): {comm_event_cost_ns():.0f} ns"
+    )
 
 
 if __name__ == "__main__":

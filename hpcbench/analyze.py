@@ -1,4 +1,7 @@
-"""`python -m hpcbench.analyze SWEEP_DIR`: the sweep's scaling table, printed and as summary.csv.
+"""`python -m hpcbench.analyze`: tables and traces from point files.
+
+    python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
+    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json  Chrome-trace / Perfetto JSON of one point
 
 Needs numpy, pandas and h5py only: it runs anywhere the point files can be copied to.
 """
@@ -16,9 +19,10 @@ from typing import Any, TextIO
 import pandas as pd
 
 from hpcbench import textable
-from hpcbench.analysis import metrics, tables
+from hpcbench.analysis import metrics, tables, trace_export
 from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError
+from hpcbench.store.reader import read_point
 
 PROG = "hpcbench.analyze"
 
@@ -60,12 +64,38 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     return 0
 
 
+def cmd_trace(path: Path, output: Path, out: TextIO) -> int:
+    data = read_point(path)
+    trace = trace_export.chrome_trace(
+        data.iterations,
+        data.ranks,
+        data.comm,
+        data.resources,
+        data.hostnames,
+        f"{data.point.label()} [{data.point_id}]",
+    )
+    trace_export.write_chrome_trace(output, trace)
+    print(f"wrote {output} ({len(trace['traceEvents'])} events); open it in https://ui.perfetto.dev", file=out)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Analyse a sweep directory.")
-    p.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Analyse point files.")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
-    args = p.parse_args(argv)
+    sub = p.add_subparsers(dest="command", required=True)
+    summary = sub.add_parser("summary", help="scaling table of a sweep directory (the default command)")
+    summary.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
+    trace.add_argument("point", help="a point file (<id>.h5)")
+    trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace")
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is not None and first not in ("summary", "trace"):
+        args_list.insert(0, "summary")  # `analyze DIR` means `analyze summary DIR`
+    args = p.parse_args(args_list)
     try:
+        if args.command == "trace":
+            return cmd_trace(Path(args.point), Path(args.output), out)
         return cmd_summary(Path(args.dir), out)
     except HpcbenchError as exc:
         if args.verbose:

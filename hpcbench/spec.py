@@ -265,6 +265,7 @@ class Options:
     writer: str = "auto"  # auto | mpio | gather
     flush_every: int = 1000  # iterations buffered per rank between writes to the HDF5 file
     timeout_s: float | None = None  # per point, wall clock; None: no limit
+    sample_period_s: float = 1.0  # resource sampler period (CPU, memory, GPU, InfiniBand)
 
 
 @dataclass(frozen=True)
@@ -439,4 +440,5 @@ def _options(raw: Any) -> Options:
     flush_every = _int(1)("options.flush_every", raw.get("flush_every", Options.flush_every))
     timeout = raw.get("timeout_s")
     timeout_s = None if timeout is None else _positive_float("options.timeout_s", timeout)
-    return Options(writer=writer, flush_every=flush_every, timeout_s=timeout_s)
+    period = _positive_float("options.sample_period_s", raw.get("sample_period_s", Options.sample_period_s))
+    return Options(writer=writer, flush_every=flush_every, timeout_s=timeout_s, sample_period_s=period)

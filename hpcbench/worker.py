@@ -24,7 +24,9 @@ from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.runfile import RunFile
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
-from hpcbench.trace.recorder import Recorder, clock_offset_ns
+from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.recorder import clock_offset_ns
+from hpcbench.trace.sampler import Sampler
 
 
 def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
@@ -84,7 +86,19 @@ def run(run_file: Path) -> None:
         meta = comm.bcast(_meta(run_spec, renv, hosts, extra) if comm.rank == 0 else None)
         out = RunFile.result_for(sweep_dir, point.id)
         writer = open_writer(out, comm, meta, point.total_iterations, _rank_row(renv, offset), kind)
-        rec = Recorder(min(run_spec.options.flush_every, point.total_iterations), offset, meta.root["epoch_ns"])
+        epoch = meta.root["epoch_ns"]
+        rec = framework.recorder(min(run_spec.options.flush_every, point.total_iterations), offset, epoch)
+        rec.comm = CommRecorder(comm.rank, offset, epoch)
+        gpu = renv.local_rank if point.device == "cuda" else None
+        sampler = Sampler(comm.rank, run_spec.options.sample_period_s, offset, epoch, gpu_index=gpu)
+
+        def flush() -> None:
+            assert rec.comm is not None
+            first = rec.first
+            tables = {schema.COMM: rec.comm.drain(), schema.RESOURCES: sampler.drain()}
+            writer.write_iterations(first, rec.drain(), tables)
+
+        sampler.start()
 
         fail_at = injected_fault(comm.rank)
         comm.barrier()  # everyone starts the timed loop together
@@ -95,11 +109,9 @@ def run(run_file: Path) -> None:
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)
             if rec.full:
-                first = rec.first
-                writer.write_iterations(first, rec.drain())
-        if len(rec):
-            first = rec.first
-            writer.write_iterations(first, rec.drain())
+                flush()
+        sampler.stop()
+        flush()  # the last iterations and samples
         writer.close(schema.STATUS_COMPLETE)
         framework.teardown()
         if comm.rank == 0:

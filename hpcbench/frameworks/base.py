@@ -55,6 +55,10 @@ class Framework(ABC):
     def step(self, rec: Recorder) -> Any:
         """One training iteration, marking phase ends on `rec`. Returns the loss (any scalar-like)."""
 
+    def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
+        """The phase recorder for this framework and device (CPU clock by default)."""
+        return Recorder(capacity, clock_offset, epoch_ns)
+
     def versions(self) -> dict[str, str]:
         """Library versions and settings for the provenance record."""
         return {}

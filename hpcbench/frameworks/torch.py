@@ -20,6 +20,7 @@ from hpcbench.comm import Comm
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, Problem
 from hpcbench.rankenv import RankEnv
 from hpcbench.spec import Point
+from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 
 if TYPE_CHECKING:
@@ -31,12 +32,16 @@ SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
 class _HookState:
     """Written by the comm hook (the all-reduce completion runs on the backend's thread)."""
 
-    __slots__ = ("last_ready_ns", "total_ns", "world")
+    __slots__ = ("comm", "dtypes", "iteration", "last_ready_ns", "names", "total_ns", "world")
 
     def __init__(self, world: int) -> None:
         self.world = world
         self.last_ready_ns = 0
         self.total_ns = 0
+        self.comm: CommRecorder | None = None
+        self.iteration = 0
+        self.names: dict[int, str] = {}  # bucket index -> message name, made once
+        self.dtypes: dict[Any, str] = {}
 
     def reset(self) -> None:
         self.last_ready_ns = 0
@@ -49,11 +54,21 @@ def _timed_allreduce(state: _HookState, bucket: Any) -> Any:
     t0 = time.perf_counter_ns()
     state.last_ready_ns = t0
     tensor = bucket.buffer()
+    slot = -1
+    comm = state.comm
+    if comm is not None:
+        index = bucket.index()
+        name = state.names.get(index) or state.names.setdefault(index, f"bucket{index}")
+        dtype = state.dtypes.get(tensor.dtype) or state.dtypes.setdefault(tensor.dtype, str(tensor.dtype)[6:])
+        slot = comm.begin(state.iteration, "allreduce", name, dtype, tensor.numel() * tensor.element_size(), t0)
     tensor.div_(state.world)
     future = dist.all_reduce(tensor, async_op=True).get_future()
 
     def done(fut: Any) -> Any:
-        state.total_ns += time.perf_counter_ns() - t0
+        t1 = time.perf_counter_ns()
+        state.total_ns += t1 - t0
+        if comm is not None:
+            comm.end(slot, t1)
         return fut.value()[0]
 
     return future.then(done)
@@ -195,6 +210,7 @@ class TorchFramework(Framework):
         rec.mark(Phase.FORWARD)
         hook = self._hook
         hook.reset()
+        hook.comm, hook.iteration = rec.comm, rec.iteration
         loss.backward()
         if hook.last_ready_ns:
             rec.mark_at(Phase.BACKWARD, hook.last_ready_ns)
@@ -206,6 +222,13 @@ class TorchFramework(Framework):
         self.optimizer.zero_grad(set_to_none=True)
         rec.mark(Phase.UPDATE)
         return loss.detach()
+
+    def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
+        if self.device.type == "cuda":
+            from hpcbench.trace.cuda import CudaRecorder
+
+            return CudaRecorder(capacity, clock_offset, epoch_ns, self.device)
+        return super().recorder(capacity, clock_offset, epoch_ns)
 
     def versions(self) -> dict[str, str]:
         import torch

@@ -25,6 +25,8 @@ class PointData:
     provenance: dict[str, Any]
     ranks: np.ndarray  # (n_ranks,) RANK_DTYPE
     iterations: np.ndarray  # (n_ranks, iterations_written) ITERATION_DTYPE
+    comm: np.ndarray  # (n_events,) COMM_DTYPE, all ranks (empty before schema 2)
+    resources: np.ndarray  # (n_samples,) RESOURCE_DTYPE, all ranks (empty before schema 2)
 
     @property
     def status(self) -> str:
@@ -75,9 +77,20 @@ def read_point(path: Path | str) -> PointData:
         written = int(attrs.get("iterations_written", 0))
         iterations = f[schema.ITERATIONS][:, :written]
         ranks = f[schema.RANKS][()]
+        tables = {name: f[name][()] if name in f else np.zeros(0, dtype=dtype) for name, dtype in schema.TABLES.items()}
         provenance = _attrs(f[schema.PROVENANCE])
     for key, value in list(provenance.items()):
         if isinstance(value, str) and value[:1] in "{[":
             with contextlib.suppress(json.JSONDecodeError):
                 provenance[key] = json.loads(value)
-    return PointData(path, attrs, point, str(point_attrs["id"]), provenance, ranks, iterations)
+    return PointData(
+        path,
+        attrs,
+        point,
+        str(point_attrs["id"]),
+        provenance,
+        ranks,
+        iterations,
+        tables[schema.COMM],
+        tables[schema.RESOURCES],
+    )

@@ -10,6 +10,8 @@
                              launcher source, selected environment variables (no secrets)
     /ranks            (n_ranks,) RANK_DTYPE: who each rank was and its clock offset
     /iterations       (n_ranks, n_iterations) ITERATION_DTYPE, rank-major
+    /comm             (n_events,) COMM_DTYPE: every gradient message of every rank (schema >= 2)
+    /resources        (n_samples,) RESOURCE_DTYPE: CPU / memory / GPU / InfiniBand samples (schema >= 2)
 
 Times: `t_start` / `t_end` are seconds since `epoch_ns` (wall clock, ns since the Unix
 epoch, taken by rank 0 at creation) on the common clock: each rank measures with its
@@ -31,7 +33,12 @@ import numpy as np
 
 # Schema history (bump on every change to what is written; readers accept <= current):
 #   1 (hpcbench 0.1.0): root/point/provenance attrs, ranks, iterations.
-SCHEMA_VERSION = 1
+#   2 (hpcbench 0.2.0): comm and resources tables (rows of all ranks, a `rank` column),
+#                       appended at every flush; readers give empty tables for version 1.
+#                       iterations.warmup is uint8 0/1 (was numpy bool, an HDF5 enum that
+#                       costs a type conversion on every write); the iterations dataset has
+#                       no fill value (rows are valid up to iterations_written).
+SCHEMA_VERSION = 2
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -39,7 +46,7 @@ COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF co
 ITERATION_DTYPE = np.dtype(
     [("t_start", "<f8"), ("t_end", "<f8")]
     + [(phase, "<f8") for phase in PHASES]
-    + [("comm_total", "<f8"), ("samples", "<i4"), ("loss", "<f4"), ("warmup", "?")]
+    + [("comm_total", "<f8"), ("samples", "<i4"), ("loss", "<f4"), ("warmup", "u1")]
 )
 
 HOSTNAME_BYTES = 64
@@ -54,10 +61,48 @@ RANK_DTYPE = np.dtype(
     ]
 )
 
+# One row per communication message (all-reduce of a gradient bucket, a fused Horovod
+# tensor, a parameter-server push or pull), on the common clock like the iterations.
+COMM_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("iteration", "<i4"),
+        ("op", "S16"),  # allreduce | allgather | broadcast | push | pull ...
+        ("name", "S48"),  # bucket index or tensor name
+        ("dtype", "S12"),
+        ("bytes", "<i8"),
+        ("t_start", "<f8"),  # when the message was handed to the backend
+        ("t_end", "<f8"),  # when its completion was seen
+    ]
+)
+
+# One row per resource sample of a rank (sampler thread in every rank, period settable).
+# CPU percentages are of the whole node, as sysstat reports them; RSS is the rank's own.
+# Absent sources are NaN (floats) or -1 (counters), never an error.
+RESOURCE_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("t", "<f8"),
+        ("cpu_user", "<f4"),
+        ("cpu_system", "<f4"),
+        ("cpu_iowait", "<f4"),
+        ("rss_bytes", "<i8"),
+        ("gpu_util", "<f4"),  # percent
+        ("gpu_mem_bytes", "<i8"),
+        ("gpu_power_w", "<f4"),
+        ("gpu_sm_clock_mhz", "<f4"),
+        ("ib_rx_bytes", "<i8"),  # port counters summed over the node's InfiniBand ports
+        ("ib_tx_bytes", "<i8"),
+    ]
+)
+
 POINT = "point"
 PROVENANCE = "provenance"
 RANKS = "ranks"
 ITERATIONS = "iterations"
+COMM = "comm"
+RESOURCES = "resources"
+TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE}  # append-only, rows of every rank
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"

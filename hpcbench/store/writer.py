@@ -37,11 +37,16 @@ class FileMeta:
     provenance: dict[str, Any] = field(default_factory=dict)
 
 
+TABLE_CHUNK_ROWS = 4096
+Tables = Mapping[str, np.ndarray]  # schema.TABLES name -> this rank's new rows
+
+
 class PointWriter(Protocol):
     kind: str
 
-    def write_iterations(self, start: int, rows: np.ndarray) -> None:
-        """This rank's rows for iterations [start, start + len(rows)). Collective."""
+    def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
+        """This rank's rows for iterations [start, start + len(rows)), and its new rows of the
+        append-only tables (comm, resources). Collective; the file is flushed after it."""
 
     def close(self, status: str) -> None:
         """Record the final status and close the file. Collective."""
@@ -75,7 +80,11 @@ def _create_layout(f: h5py.File, meta: FileMeta, n_ranks: int, n_iterations: int
     _write_attrs(f.create_group(schema.POINT), meta.point)
     _write_attrs(f.create_group(schema.PROVENANCE), meta.provenance)
     f.create_dataset(schema.RANKS, shape=(n_ranks,), dtype=schema.RANK_DTYPE)
-    f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE)
+    # No fill values: rows are read only up to `iterations_written`, and filling the whole
+    # dataset at allocation would write every byte twice.
+    f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE, fill_time="never")
+    for name, dtype in schema.TABLES.items():
+        f.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(TABLE_CHUNK_ROWS,), dtype=dtype)
 
 
 class MpioWriter:
@@ -89,8 +98,17 @@ class MpioWriter:
         self._written = 0
         self._file.flush()
 
-    def write_iterations(self, start: int, rows: np.ndarray) -> None:
-        self._file[schema.ITERATIONS][self._comm.rank, start : start + len(rows)] = rows
+    def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
+        if len(rows):
+            self._file[schema.ITERATIONS][self._comm.rank, start : start + len(rows)] = rows
+        for name in schema.TABLES:
+            mine = (tables or {}).get(name)
+            counts = self._comm.allgather(0 if mine is None else len(mine))
+            dset = self._file[name]
+            offset = dset.shape[0] + sum(counts[: self._comm.rank])
+            dset.resize((dset.shape[0] + sum(counts),))  # collective: same size on every rank
+            if mine is not None and len(mine):
+                dset[offset : offset + len(mine)] = mine
         self._written = max(self._written, start + len(rows))
         self._file.attrs["iterations_written"] = self._written
         self._file.flush()
@@ -117,14 +135,27 @@ class GatherWriter:
         # No rank starts timing before the file exists: creation errors surface here.
         self._comm.barrier()
 
-    def write_iterations(self, start: int, rows: np.ndarray) -> None:
+    def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
         blocks = self._comm.gather(rows)
+        gathered = {name: self._comm.gather((tables or {}).get(name)) for name in schema.TABLES}
         if self._file is None:
             return
+        for name, parts in gathered.items():
+            assert parts is not None
+            new = [p for p in parts if p is not None and len(p)]
+            if new:
+                dset = self._file[name]
+                size = dset.shape[0]
+                block = np.concatenate(new)
+                dset.resize((size + len(block),))
+                dset[size:] = block
         assert blocks is not None
         if any(len(b) != len(rows) for b in blocks):
             raise HpcbenchError(f"ranks flushed different numbers of iterations: {[len(b) for b in blocks]}")
-        self._file[schema.ITERATIONS][:, start : start + len(rows)] = np.stack(blocks)
+        if len(rows):
+            dset = self._file[schema.ITERATIONS]
+            for rank, block in enumerate(blocks):  # row by row: no copy into one (ranks, n) array
+                dset[rank, start : start + len(block)] = block
         self._written = max(self._written, start + len(rows))
         self._file.attrs["iterations_written"] = self._written
         self._file.flush()

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.store.schema import ITERATION_DTYPE, PHASES
+from hpcbench.trace.comm import CommRecorder
 
 
 class Phase:
@@ -69,6 +70,7 @@ class Recorder:
         self._cur = self._marks[0]
         self._first = 0  # iteration index of row 0
         self._offset = clock_offset - epoch_ns
+        self.comm: CommRecorder | None = None  # per-message events, where the backend exposes them
 
     @property
     def full(self) -> bool:
@@ -77,6 +79,11 @@ class Recorder:
     @property
     def first(self) -> int:
         return self._first
+
+    @property
+    def iteration(self) -> int:
+        """Index of the iteration being recorded (between start and stop)."""
+        return self._first + self._row
 
     def __len__(self) -> int:
         return self._row

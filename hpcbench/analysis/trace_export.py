@@ -1,0 +1,288 @@
+"""A point file's timeline as a Chrome trace (Trace Event Format, JSON Object Format).
+
+The result opens in Perfetto's UI (https://ui.perfetto.dev) and in chrome://tracing:
+
+- one process per rank (``pid`` = rank), named ``rank R (hostname)``;
+- thread 0 "iterations": one complete event per iteration with its phases (data, h2d,
+  forward, backward, comm, update) nested inside, laid end to end from ``t_start``;
+- threads 1, 2, ... "communication": one complete event per gradient message; messages
+  that overlap in time go to separate threads (greedy lanes), so no thread holds two
+  overlapping events;
+- counter tracks from the resource samples: "cpu %", "rss MiB", the GPU counters where the
+  GPU was sampled, and "ib MB/s" computed from consecutive InfiniBand port counters.
+
+Times in the arrays are seconds since the file's ``epoch_ns``; the trace is in
+microseconds. Needs numpy only (no h5py, no MPI, no framework): pass it the arrays of a
+``PointData``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpcbench.store.schema import PHASES
+
+US = 1e6  # microseconds per second
+MIB = 1024.0 * 1024.0
+MB = 1e6
+
+TID_ITERATIONS = 0
+TID_COMM = 1  # first communication lane; further lanes are 2, 3, ...
+
+CAT_ITERATION = "iteration"
+CAT_WARMUP = "warmup"
+CAT_PHASE = "phase"
+CAT_COMM = "comm"
+
+
+def _text(value: bytes | str) -> str:
+    """A fixed-length ``S`` field as text (numpy already strips the trailing NULs)."""
+    if isinstance(value, bytes):
+        return value.rstrip(b"\0").decode("utf-8", errors="replace")
+    return str(value)
+
+
+def _number(value: float) -> float | None:
+    """A float for JSON: NaN and infinities become None (JSON has no NaN)."""
+    return value if math.isfinite(value) else None
+
+
+def _meta(name: str, pid: int, args: dict[str, Any], tid: int | None = None) -> dict[str, Any]:
+    event: dict[str, Any] = {"name": name, "ph": "M", "pid": pid}
+    if tid is not None:
+        event["tid"] = tid
+    event["args"] = args
+    return event
+
+
+def _complete(name: str, cat: str, ts: float, dur: float, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def _counter(name: str, ts: float, pid: int, args: dict[str, float]) -> dict[str, Any]:
+    return {"name": name, "ph": "C", "ts": ts, "pid": pid, "args": args}
+
+
+def _rank_ids(iterations: np.ndarray, ranks: np.ndarray) -> list[int]:
+    """The rank of each row of ``iterations`` (the ranks table's order, else the row index)."""
+    n_rows = iterations.shape[0]
+    if len(ranks) >= n_rows and ranks.dtype.names is not None and "rank" in ranks.dtype.names:
+        return [int(r) for r in ranks["rank"][:n_rows]]
+    return list(range(n_rows))
+
+
+def _iteration_events(iterations: np.ndarray, pids: list[int]) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    starts = (iterations["t_start"] * US).tolist()
+    ends = (iterations["t_end"] * US).tolist()
+    phases = {phase: (iterations[phase] * US).tolist() for phase in PHASES}
+    samples = iterations["samples"].tolist()
+    losses = iterations["loss"].astype(np.float64).tolist()
+    warmups = iterations["warmup"].tolist()
+    comm_totals = iterations["comm_total"].tolist()
+    for row, pid in enumerate(pids):
+        for i in range(iterations.shape[1]):
+            start, end = starts[row][i], ends[row][i]
+            if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+                continue  # not a recorded iteration
+            warmup = bool(warmups[row][i])
+            args = {
+                "iteration": i,
+                "samples": int(samples[row][i]),
+                "loss": _number(losses[row][i]),
+                "warmup": warmup,
+                "comm_total_s": _number(comm_totals[row][i]),
+            }
+            cat = CAT_WARMUP if warmup else CAT_ITERATION
+            events.append(_complete(f"iteration {i}", cat, start, end - start, pid, TID_ITERATIONS, args))
+            phase_cat = f"{CAT_PHASE},{CAT_WARMUP}" if warmup else CAT_PHASE
+            cursor = start
+            for phase in PHASES:
+                length = phases[phase][row][i]
+                if not (math.isfinite(length) and length > 0.0):
+                    continue  # a phase that does not apply (or was not measured)
+                # Clamp to the iteration so rounding never lets a phase stick out of it.
+                phase_end = min(cursor + length, end)
+                if phase_end <= cursor:
+                    break
+                events.append(
+                    _complete(phase, phase_cat, cursor, phase_end - cursor, pid, TID_ITERATIONS, {"iteration": i})
+                )
+                cursor = phase_end
+    return events
+
+
+def _comm_events(comm: np.ndarray) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """Communication events with greedy lane assignment; also the number of lanes per rank."""
+    events: list[dict[str, Any]] = []
+    lanes_of: dict[int, int] = {}
+    if len(comm) == 0:
+        return events, lanes_of
+    rank_col = comm["rank"].tolist()
+    starts = (comm["t_start"] * US).tolist()
+    ends = (comm["t_end"] * US).tolist()
+    ops = [_text(v) for v in comm["op"].tolist()]
+    names = [_text(v) for v in comm["name"].tolist()]
+    dtypes = [_text(v) for v in comm["dtype"].tolist()]
+    nbytes = comm["bytes"].tolist()
+    its = comm["iteration"].tolist()
+    valid = [k for k in range(len(comm)) if math.isfinite(starts[k]) and math.isfinite(ends[k])]
+    # Per rank, by start (then end): each message goes to the first lane that is free by then.
+    valid.sort(key=lambda k: (rank_col[k], starts[k], max(ends[k], starts[k])))
+    lane_ends: dict[int, list[float]] = {}
+    for k in valid:
+        pid = int(rank_col[k])
+        start = starts[k]
+        dur = max(ends[k] - start, 0.0)
+        lanes = lane_ends.setdefault(pid, [])
+        lane = next((n for n, lane_end in enumerate(lanes) if lane_end <= start), len(lanes))
+        if lane == len(lanes):
+            lanes.append(start + dur)
+        else:
+            lanes[lane] = start + dur
+        args = {"bytes": int(nbytes[k]), "dtype": dtypes[k], "iteration": int(its[k]), "op": ops[k], "tensor": names[k]}
+        name = f"{ops[k]} {names[k]}".strip()
+        events.append(_complete(name, CAT_COMM, start, dur, pid, TID_COMM + lane, args))
+    lanes_of = {pid: len(lanes) for pid, lanes in lane_ends.items()}
+    return events, lanes_of
+
+
+def _resource_events(resources: np.ndarray) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    if len(resources) == 0:
+        return events
+    order = np.lexsort((resources["t"], resources["rank"]))
+    res = resources[order]
+    rank_col = res["rank"].tolist()
+    ts = (res["t"].astype(np.float64) * US).tolist()
+    t_s = res["t"].astype(np.float64).tolist()
+    floats = {
+        key: res[key].astype(np.float64).tolist()
+        for key in ("cpu_user", "cpu_system", "cpu_iowait", "gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
+    }
+    ints = {key: res[key].tolist() for key in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes")}
+
+    def present_float(key: str, k: int) -> float | None:
+        value: float = floats[key][k]
+        return value if math.isfinite(value) and value >= 0.0 else None
+
+    def present_int(key: str, k: int) -> int | None:
+        value: int = ints[key][k]
+        return value if value >= 0 else None
+
+    previous: dict[int, int] = {}  # rank -> index of its previous sample
+    for k, rank in enumerate(rank_col):
+        pid = int(rank)
+        ts_k = ts[k]
+        if not math.isfinite(ts_k):
+            continue
+        cpu = {
+            name: value
+            for name, key in (("user", "cpu_user"), ("system", "cpu_system"), ("iowait", "cpu_iowait"))
+            if (value := present_float(key, k)) is not None
+        }
+        if cpu:
+            events.append(_counter("cpu %", ts_k, pid, cpu))
+        if (rss := present_int("rss_bytes", k)) is not None:
+            events.append(_counter("rss MiB", ts_k, pid, {"rss": rss / MIB}))
+        if (util := present_float("gpu_util", k)) is not None:
+            events.append(_counter("gpu util %", ts_k, pid, {"util": util}))
+        if (mem := present_int("gpu_mem_bytes", k)) is not None:
+            events.append(_counter("gpu mem MiB", ts_k, pid, {"used": mem / MIB}))
+        if (power := present_float("gpu_power_w", k)) is not None:
+            events.append(_counter("gpu power W", ts_k, pid, {"power": power}))
+        if (clock := present_float("gpu_sm_clock_mhz", k)) is not None:
+            events.append(_counter("gpu sm clock MHz", ts_k, pid, {"sm": clock}))
+        # InfiniBand: the rate over (previous sample, this one], shown from the previous
+        # sample on (a counter holds its value until the next event).
+        j = previous.get(pid)
+        previous[pid] = k
+        if j is None:
+            continue
+        dt = t_s[k] - t_s[j]
+        if not dt > 0.0:
+            continue
+        rates: dict[str, float] = {}
+        for name, key in (("rx", "ib_rx_bytes"), ("tx", "ib_tx_bytes")):
+            now, before = present_int(key, k), present_int(key, j)
+            if now is not None and before is not None and now >= before:  # skip counter resets
+                rates[name] = (now - before) / dt / MB
+        if rates:
+            events.append(_counter("ib MB/s", ts[j], pid, rates))
+    return events
+
+
+def _pids_of(resources: np.ndarray) -> list[int]:
+    return [int(r) for r in resources["rank"].tolist()] if len(resources) else []
+
+
+def chrome_trace(
+    iterations: np.ndarray,
+    ranks: np.ndarray,
+    comm: np.ndarray,
+    resources: np.ndarray,
+    hostnames: list[str],
+    label: str,
+) -> dict[str, Any]:
+    """The trace of one point: ``iterations`` (n_ranks, n) ITERATION_DTYPE, ``ranks`` RANK_DTYPE,
+    ``comm`` COMM_DTYPE, ``resources`` RESOURCE_DTYPE, ``hostnames`` in the order of ``ranks``.
+
+    Returns the JSON Object Format dict (plain Python types, no NaN): ``traceEvents``,
+    ``displayTimeUnit`` and ``metadata`` (with ``label``).
+    """
+    if iterations.ndim == 1:
+        iterations = iterations.reshape(1, -1)
+    pids = _rank_ids(iterations, ranks)
+    host_of: dict[int, str] = {}
+    rank_order = [int(r) for r in ranks["rank"]] if len(ranks) else pids
+    for position, rank in enumerate(rank_order):
+        if position < len(hostnames):
+            host_of[rank] = hostnames[position]
+
+    body = _iteration_events(iterations, pids)
+    comm_events, lanes_of = _comm_events(comm)
+    body += comm_events
+    body += _resource_events(resources)
+
+    all_pids = sorted(set(pids) | set(rank_order) | {int(r) for r in comm["rank"].tolist()} | set(_pids_of(resources)))
+    meta: list[dict[str, Any]] = []
+    for pid in all_pids:
+        meta.append(_meta("process_name", pid, {"name": f"rank {pid} ({host_of.get(pid, '?')})"}))
+        meta.append(_meta("process_sort_index", pid, {"sort_index": pid}))
+        meta.append(_meta("thread_name", pid, {"name": "iterations"}, tid=TID_ITERATIONS))
+        meta.append(_meta("thread_sort_index", pid, {"sort_index": TID_ITERATIONS}, tid=TID_ITERATIONS))
+        for lane in range(lanes_of.get(pid, 0)):
+            tid = TID_COMM + lane
+            name = "communication" if lane == 0 else f"communication {lane + 1}"
+            meta.append(_meta("thread_name", pid, {"name": name}, tid=tid))
+            meta.append(_meta("thread_sort_index", pid, {"sort_index": tid}, tid=tid))
+    return {
+        "traceEvents": meta + body,
+        "displayTimeUnit": "ms",
+        "metadata": {"label": label, "generator": "hpcbench", "time_unit": "us since the point file's epoch_ns"},
+    }
+
+
+def write_chrome_trace(path: Path, trace: dict[str, Any]) -> None:
+    """Write ``trace`` as JSON to ``path`` atomically: a temporary file in the same
+    directory, then ``os.replace``. A failure leaves ``path`` as it was and no temporary file.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the umask applies, as for any new file
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(trace, f, allow_nan=False, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

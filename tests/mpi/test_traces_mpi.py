@@ -1,0 +1,128 @@
+"""Deep traces on real ranks: every message, resource samples on the same clock, known
+durations recovered, and the Perfetto export of a 4-rank run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcbench.analysis import metrics
+from hpcbench.store import schema
+from hpcbench.store.reader import PointData, read_point
+from tests.conftest import run_module, spec_text
+
+pytestmark = pytest.mark.mpi
+
+GRADIENT_BYTES = {"lenet": 61_706 * 4, "mlp": 669_706 * 4}  # float32 parameters of each model
+
+
+def run_one(write_spec: Callable[..., Path], tmp_path: Path, text: str) -> PointData:
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(write_spec(text)), "--out", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    (h5,) = list(out.glob("*.h5"))
+    return read_point(h5)
+
+
+@pytest.mark.parametrize(
+    ("ranks", "model", "launcher"), [(2, "lenet", "mpirun"), (4, "mlp", "mpirun"), (2, "lenet", "torchrun")]
+)
+def test_comm_events_add_up_to_the_gradient_bytes(
+    write_spec: Callable[..., Path], tmp_path: Path, ranks: int, model: str, launcher: str
+) -> None:
+    text = spec_text("comm", {"ranks_per_node": [ranks]}, model=model, launcher=launcher, options={"flush_every": 2})
+    data = run_one(write_spec, tmp_path, text)
+    comm = data.comm
+    n_iters = data.iterations.shape[1]
+    assert set(comm["rank"].tolist()) == set(range(ranks))
+    assert set(comm["op"].tolist()) == {b"allreduce"}
+    assert set(comm["dtype"].tolist()) == {b"float32"}
+    for r in range(ranks):
+        mine = comm[comm["rank"] == r]
+        per_iteration = np.bincount(mine["iteration"], weights=mine["bytes"], minlength=n_iters)
+        np.testing.assert_array_equal(per_iteration, GRADIENT_BYTES[model])
+        it = data.iterations[r]
+        # each message lies inside its iteration, on the same clock
+        assert (mine["t_start"] >= it["t_start"][mine["iteration"]]).all()
+        assert (mine["t_end"] <= it["t_end"][mine["iteration"]]).all()
+        assert (mine["t_end"] >= mine["t_start"]).all()
+        # the iteration's comm_total is the sum of its messages' durations
+        durations = np.bincount(mine["iteration"], weights=mine["t_end"] - mine["t_start"], minlength=n_iters)
+        np.testing.assert_allclose(durations, it["comm_total"], rtol=1e-6, atol=2e-6)
+
+
+def test_resource_samples_are_plausible_and_on_the_iteration_clock(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    text = spec_text(
+        "res", {"ranks_per_node": [2]}, iterations=40, options={"sample_period_s": 0.05, "flush_every": 10}
+    )
+    data = run_one(write_spec, tmp_path, text)
+    res = data.resources
+    first, last = data.iterations["t_start"].min(), data.iterations["t_end"].max()
+    for r in range(2):
+        mine = res[res["rank"] == r]
+        assert len(mine) >= 3
+        assert (np.diff(mine["t"]) > 0).all()
+        assert mine["t"].min() <= first + 0.5 and mine["t"].max() >= last - 0.5
+        for column in ("cpu_user", "cpu_system", "cpu_iowait"):
+            assert ((mine[column] >= 0) & (mine[column] <= 100)).all(), column
+        assert (mine["rss_bytes"] > 50 * 2**20).all()  # a process with torch loaded
+        assert np.isnan(mine["gpu_util"]).all() and (mine["gpu_mem_bytes"] == -1).all()  # no GPU here
+
+
+PHASE_S = {"data_s": 0.010, "h2d_s": 0.004, "forward_s": 0.020, "backward_s": 0.030, "update_s": 0.006}
+
+
+def test_known_phase_durations_are_recovered_within_one_percent(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    text = spec_text(
+        "sleep", {"ranks_per_node": [2]}, framework="synthetic", backend="none", model="sleep",
+        iterations=20, warmup=2, extra={**PHASE_S, "rank_scale": 0.5},
+    )  # fmt: skip
+    data = run_one(write_spec, tmp_path, text)
+    timed = metrics.timed(data.iterations)
+    for rank in range(2):
+        scale = 1 + 0.5 * rank
+        for key, seconds in PHASE_S.items():
+            measured = float(np.median(timed[rank][key.removesuffix("_s")]))
+            assert measured == pytest.approx(seconds * scale, rel=0.01), (rank, key)
+        assert float(np.median(timed[rank]["comm"])) == 0.0
+    # rank 1 computes 1.5x as long as rank 0: LIF = 1.5 / 1.25
+    lif, excess = metrics.load_imbalance(data.iterations)
+    assert lif == pytest.approx(1.2, rel=0.01)
+    assert excess == pytest.approx(0.2, rel=0.05)
+
+
+def test_perfetto_export_of_a_four_rank_run(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = spec_text("trace", {"ranks_per_node": [4]}, options={"sample_period_s": 0.1})
+    data = run_one(write_spec, tmp_path, text)
+    out = tmp_path / "trace.json"
+    res = run_module("hpcbench.analyze", "trace", str(data.path), "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    trace = json.loads(out.read_text())
+    events = trace["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert len(names) == 4 and all(n.startswith(f"rank {r} ") for r, n in zip(range(4), sorted(names), strict=True))
+    slices = [e for e in events if e["ph"] == "X"]
+    assert {e["pid"] for e in slices} == {0, 1, 2, 3}
+    assert sum(1 for e in slices if e.get("cat") == "comm") == len(data.comm)
+    assert all(isinstance(e["ts"], int | float) and e["dur"] >= 0 for e in slices)
+    assert any(e["ph"] == "C" for e in events)  # resource counter tracks
+
+
+def test_files_of_schema_1_still_read_with_empty_tables(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    data = run_one(write_spec, tmp_path, spec_text("old", {"ranks_per_node": [1]}))
+    with h5py.File(data.path, "r+") as f:  # make it look like a version-1 file
+        del f[schema.COMM], f[schema.RESOURCES]
+        f.attrs["schema_version"] = 1
+    old = read_point(data.path)
+    assert old.comm.dtype == schema.COMM_DTYPE and len(old.comm) == 0
+    assert len(old.resources) == 0
+    np.testing.assert_array_equal(old.iterations, data.iterations)

@@ -1,0 +1,277 @@
+"""hpcbench.trace.sampler: real psutil, real NVML (absent on the development machine), fake IB sysfs."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcbench.store.schema import RESOURCE_DTYPE
+from hpcbench.trace.recorder import clock_offset_ns
+from hpcbench.trace.sampler import Sampler
+
+NO_IB = "/nonexistent/sys/class/infiniband"
+
+
+def busy(seconds: float) -> None:
+    """Keep this thread on a CPU, so that the node's user time grows."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@pytest.fixture
+def clock() -> tuple[int, int]:
+    """(clock_offset_ns, epoch_ns) as a worker has them: epoch a few seconds in the past."""
+    return clock_offset_ns(), time.time_ns() - 5_000_000_000
+
+
+@pytest.fixture
+def samplers() -> Iterator[list[Sampler]]:
+    """Samplers made by a test, stopped afterwards even when it fails."""
+    made: list[Sampler] = []
+    yield made
+    for s in made:
+        s.stop()
+
+
+def make(
+    made: list[Sampler],
+    clock: tuple[int, int],
+    *,
+    period_s: float = 1.0,
+    gpu_index: int | None = None,
+    capacity: int = 4096,
+    ib_root: str = NO_IB,
+) -> Sampler:
+    """A rank-3 sampler on the test's clock (no InfiniBand unless ib_root says so)."""
+    s = Sampler(3, period_s, clock[0], clock[1], gpu_index=gpu_index, capacity=capacity, ib_root=ib_root)
+    made.append(s)
+    return s
+
+
+def write_fake_ib_tree(root: Path, values: dict[tuple[str, int], tuple[int, int]]) -> None:
+    """A FAKE /sys/class/infiniband: <dev>/ports/<port>/counters/port_{rcv,xmit}_data (4-byte words)."""
+    for (device, port), (rcv, xmit) in values.items():
+        counters = root / device / "ports" / str(port) / "counters"
+        counters.mkdir(parents=True, exist_ok=True)
+        (counters / "port_rcv_data").write_text(f"{rcv}\n")
+        (counters / "port_xmit_data").write_text(f"{xmit}\n")
+        (counters / "port_rcv_packets").write_text("999999\n")  # other counters are ignored
+
+
+def test_values_plausible_and_first_sample_covers_time_since_construction(
+    samplers: list[Sampler], clock: tuple[int, int]
+) -> None:
+    s = make(samplers, clock)
+    assert s.sources["cpu"] == "psutil"
+    busy(0.1)  # between construction (priming) and the first sample
+    s.sample_now()
+    busy(0.1)
+    s.sample_now()
+    rows = s.drain()
+    assert rows.dtype == RESOURCE_DTYPE
+    assert len(rows) == 2
+    assert (rows["rank"] == 3).all()
+    for column in ("cpu_user", "cpu_system", "cpu_iowait"):
+        assert ((rows[column] >= 0) & (rows[column] <= 100)).all(), (column, rows[column])
+    assert (rows["cpu_user"] + rows["cpu_system"] > 0).all(), rows  # this thread was busy
+    assert (rows["rss_bytes"] > 10_000_000).all()  # a Python with numpy loaded
+    assert (rows["ib_rx_bytes"] == -1).all()
+    assert (rows["ib_tx_bytes"] == -1).all()
+    assert s.sources["ib"] == f"absent: no {NO_IB}"
+    assert s.errors == 0
+
+
+def test_t_is_on_the_common_clock(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    offset, epoch = clock
+    s = make(samplers, clock)
+    refs = []
+    for _ in range(3):
+        before = time.perf_counter_ns()
+        s.sample_now()
+        after = time.perf_counter_ns()
+        refs.append(((before + offset - epoch) / 1e9, (after + offset - epoch) / 1e9))
+    t = s.drain()["t"]
+    for value, (lo, hi) in zip(t, refs, strict=True):
+        assert lo <= value <= hi
+    assert (np.diff(t) > 0).all()
+    # and that is wall time since epoch_ns, to well within a second
+    assert abs(t[-1] - (time.time_ns() - epoch) / 1e9) < 0.5
+    assert 4.5 < t[0] < 10
+
+
+def test_gpu_columns(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    none = make(samplers, clock, gpu_index=None)
+    assert none.sources["gpu"].startswith("absent")
+    s = make(samplers, clock, gpu_index=0)
+    s.sample_now()
+    row = s.drain()[0]
+    if s.sources["gpu"].startswith("absent"):  # this machine: no NVML library, no GPU
+        assert "NVML" in s.sources["gpu"] or "nvml" in s.sources["gpu"]
+        for column in ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz"):
+            assert math.isnan(row[column])
+        assert row["gpu_mem_bytes"] == -1
+    else:  # a GPU node: real readings
+        assert s.sources["gpu"].startswith("nvml: GPU 0")
+        assert 0 <= row["gpu_util"] <= 100
+        assert row["gpu_mem_bytes"] > 0
+        assert math.isnan(row["gpu_power_w"]) or row["gpu_power_w"] > 0
+        assert math.isnan(row["gpu_sm_clock_mhz"]) or row["gpu_sm_clock_mhz"] > 0
+    assert s.errors == 0
+    s.stop()  # nvmlShutdown where it was initialised; never raises
+    assert s.errors == 0
+
+
+def test_thread_samples_at_its_period_and_stops_promptly(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock, period_s=0.05)
+    s.start()
+    thread = s._thread
+    assert thread is not None
+    assert thread.daemon
+    busy(0.3)
+    began = time.perf_counter()
+    s.stop()
+    assert time.perf_counter() - began < 1.0
+    assert not thread.is_alive()
+    rows = s.drain()
+    # start's sample, about 6 from the thread, stop's final one
+    assert 5 <= len(rows) <= 10, len(rows)
+    t = rows["t"]
+    assert (np.diff(t) > 0).all()
+    thread_gaps = np.diff(t[:-1])[1:]  # between the thread's own samples
+    assert ((thread_gaps > 0.03) & (thread_gaps < 0.2)).all(), thread_gaps
+    # every full period of a busy thread shows CPU use (a thread's first psutil reading does not)
+    full = np.flatnonzero(np.diff(t) >= 0.04) + 1
+    assert len(full) >= 4
+    assert (rows["cpu_user"][full] + rows["cpu_system"][full] > 0).all(), rows
+    s.stop()  # a second stop does nothing
+    assert len(s.drain()) == 0
+
+
+def test_stop_does_not_wait_for_the_period(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock, period_s=30.0)
+    s.start()
+    time.sleep(0.02)
+    began = time.perf_counter()
+    s.stop()
+    assert time.perf_counter() - began < 1.0
+    assert len(s.drain()) == 2  # start's sample and stop's
+
+
+def test_drain_empties(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock)
+    s.sample_now()
+    assert len(s.drain()) == 1
+    empty = s.drain()
+    assert len(empty) == 0
+    assert empty.dtype == RESOURCE_DTYPE
+    s.sample_now()
+    assert len(s.drain()) == 1
+
+
+def test_ring_overflow_keeps_the_newest_and_counts_dropped(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    offset, epoch = clock
+    s = make(samplers, clock, capacity=4)
+    for _ in range(3):  # move the ring's start off slot 0
+        s.sample_now()
+    assert len(s.drain()) == 3
+    for _ in range(6):
+        s.sample_now()
+    newest_from = (time.perf_counter_ns() + offset - epoch) / 1e9
+    for _ in range(4):
+        s.sample_now()
+    rows = s.drain()
+    assert len(rows) == 4
+    assert s.dropped == 6
+    assert (rows["t"] >= newest_from).all()
+    assert (np.diff(rows["t"]) > 0).all()
+    s.sample_now()
+    assert len(s.drain()) == 1
+    assert s.dropped == 6
+
+
+def test_drain_while_sampling_loses_and_repeats_nothing(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock, period_s=0.005, capacity=64)
+    s.start()
+    blocks = []
+    end = time.perf_counter() + 0.2
+    while time.perf_counter() < end:
+        blocks.append(s.drain())
+        time.sleep(0.0005)  # a training thread lets go of the GIL now and then
+    s.stop()
+    blocks.append(s.drain())
+    t = np.concatenate(blocks)["t"]
+    assert len(t) >= 10, len(t)
+    assert (np.diff(t) > 0).all()
+    assert s.dropped == 0
+
+
+def test_fake_ib_tree_counters_are_words_summed_over_devices_and_ports(
+    samplers: list[Sampler], clock: tuple[int, int], tmp_path: Path
+) -> None:
+    root = tmp_path / "fake_sys_class_infiniband"
+    values = {
+        ("mlx5_0", 1): (1_000, 10),
+        ("mlx5_0", 2): (2_000, 20),
+        ("mlx5_1", 1): (3_000_000_000_000, 30),
+        ("mlx5_1", 2): (4_000, 40),
+    }
+    write_fake_ib_tree(root, values)
+    s = make(samplers, clock, ib_root=str(root))
+    assert s.sources["ib"].startswith("sysfs: 4 port(s)")
+    s.sample_now()
+    (root / "mlx5_1" / "ports" / "2" / "counters" / "port_xmit_data").write_text("1040\n")  # +1000 words
+    s.sample_now()
+    rows = s.drain()
+    assert rows["ib_rx_bytes"].tolist() == [4 * 3_000_000_007_000] * 2
+    assert rows["ib_tx_bytes"].tolist() == [4 * 100, 4 * 1100]
+
+
+def test_ib_root_without_counters_is_absent(samplers: list[Sampler], clock: tuple[int, int], tmp_path: Path) -> None:
+    s = make(samplers, clock, ib_root=str(tmp_path))
+    assert s.sources["ib"].startswith("absent: no port counters")
+    s.sample_now()
+    row = s.drain()[0]
+    assert row["ib_rx_bytes"] == row["ib_tx_bytes"] == -1
+
+
+def test_a_failing_source_is_counted_and_the_thread_goes_on(
+    samplers: list[Sampler], clock: tuple[int, int], tmp_path: Path
+) -> None:
+    root = tmp_path / "fake_sys_class_infiniband"
+    write_fake_ib_tree(root, {("mlx5_0", 1): (5, 6)})
+    s = make(samplers, clock, period_s=0.01, ib_root=str(root))
+    s.start()
+    (root / "mlx5_0" / "ports" / "1" / "counters" / "port_rcv_data").unlink()  # the HCA went away
+    time.sleep(0.1)
+    thread = s._thread
+    assert thread is not None
+    assert thread.is_alive()
+    s.stop()
+    rows = s.drain()
+    assert rows["ib_rx_bytes"][0] == 20
+    assert rows["ib_rx_bytes"][-1] == -1
+    assert s.errors >= 3
+    assert s.sources["ib"].startswith("sysfs: 1 port(s)")
+    assert "last error: FileNotFoundError" in s.sources["ib"]
+    # the other sources were still read
+    assert (rows["rss_bytes"] > 0).all()
+
+
+def test_misuse_is_refused(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    with pytest.raises(ValueError, match="period_s"):
+        make(samplers, clock, period_s=0.0)
+    with pytest.raises(ValueError, match="capacity"):
+        make(samplers, clock, capacity=0)
+    s = make(samplers, clock)
+    s.start()
+    with pytest.raises(RuntimeError):
+        s.start()
+    s.stop()
+    with pytest.raises(RuntimeError):
+        s.start()
