@@ -6,6 +6,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -183,5 +184,12 @@ def test_cancel_stops_queued_and_running_points(write_spec: Callable[..., Path],
     entries = Manifest.load(out).entries.values()
     assert all(e.state == FAILED and "cancelled by the user" in e.reason for e in entries)
     jobs = [e.job_id for e in entries]
-    left = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True)
-    assert not [j for j in left.stdout.split() if j in jobs]
+    # scancel signals the jobs; they leave the queue once their steps have ended (KillWait)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(jobs)], capture_output=True, text=True)
+        if not [j for j in left.stdout.split() if j in jobs]:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError(f"jobs {jobs} still queued 60 s after cancel: {left.stdout}")
