@@ -266,6 +266,7 @@ class Options:
     flush_every: int = 1000  # iterations buffered per rank between writes to the HDF5 file
     timeout_s: float | None = None  # per point, wall clock; None: no limit
     sample_period_s: float = 1.0  # resource sampler period (CPU, memory, GPU, InfiniBand)
+    stall_timeout_s: float | None = 600.0  # fail the point when a rank finishes no iteration for this long
 
 
 @dataclass(frozen=True)
@@ -441,4 +442,6 @@ def _options(raw: Any) -> Options:
     timeout = raw.get("timeout_s")
     timeout_s = None if timeout is None else _positive_float("options.timeout_s", timeout)
     period = _positive_float("options.sample_period_s", raw.get("sample_period_s", Options.sample_period_s))
-    return Options(writer=writer, flush_every=flush_every, timeout_s=timeout_s, sample_period_s=period)
+    stall = raw.get("stall_timeout_s", Options.stall_timeout_s)
+    stall_timeout_s = None if stall is None else _positive_float("options.stall_timeout_s", stall)
+    return Options(writer, flush_every, timeout_s, period, stall_timeout_s)

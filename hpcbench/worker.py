@@ -27,6 +27,7 @@ from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
+from hpcbench.watchdog import Watchdog
 
 
 def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
@@ -57,13 +58,17 @@ class InjectedFault(RuntimeError):
     """Raised on purpose (HPCBENCH_FAULT) to test that a failing rank ends the whole job."""
 
 
-def injected_fault(rank: int) -> int:
-    """The iteration at which this rank must fail, from HPCBENCH_FAULT=RANK:ITERATION; -1: never."""
-    spec = os.environ.get("HPCBENCH_FAULT", "")
-    fault_rank, _, iteration = spec.partition(":")
+def injected_fault(rank: int) -> tuple[int, str]:
+    """(iteration, kind) at which this rank must fail, from HPCBENCH_FAULT=RANK:ITERATION[:stall].
+
+    kind "raise" raises InjectedFault; "stall" stops making progress (for watchdog tests).
+    (-1, "") when there is none for this rank.
+    """
+    fault_rank, _, rest = os.environ.get("HPCBENCH_FAULT", "").partition(":")
+    iteration, _, kind = rest.partition(":")
     if fault_rank.isdigit() and iteration.isdigit() and int(fault_rank) == rank:
-        return int(iteration)
-    return -1
+        return int(iteration), kind or "raise"
+    return -1, ""
 
 
 def run(run_file: Path) -> None:
@@ -100,16 +105,28 @@ def run(run_file: Path) -> None:
 
         sampler.start()
 
-        fail_at = injected_fault(comm.rank)
+        fail_at, fault = injected_fault(comm.rank)
+        stall_limit = run_spec.options.stall_timeout_s
+        watchdog = Watchdog(stall_limit, comm, point.id) if stall_limit else None
         comm.barrier()  # everyone starts the timed loop together
+        if watchdog is not None:
+            watchdog.start()
         for i in range(point.total_iterations):
             if i == fail_at:
+                if fault == "stall":
+                    print(f"HPCBENCH_FAULT: rank {comm.rank} stalls at iteration {i}", file=sys.stderr, flush=True)
+                    while True:
+                        time.sleep(1)
                 raise InjectedFault(f"HPCBENCH_FAULT: rank {comm.rank} fails at iteration {i}")
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)
             if rec.full:
                 flush()
+            if watchdog is not None:
+                watchdog.beat(i)
+        if watchdog is not None:
+            watchdog.stop()
         sampler.stop()
         flush()  # the last iterations and samples
         writer.close(schema.STATUS_COMPLETE)

@@ -12,7 +12,7 @@ from pathlib import Path
 import h5py
 
 from hpcbench import manifest as mf
-from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
 from hpcbench.plan import Launch
 from hpcbench.store import schema
 
@@ -105,7 +105,8 @@ class LocalExecutor(Executor):
                 entry.state, entry.reason = mf.DONE, ""
             else:
                 why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
-                entry.state, entry.reason = mf.FAILED, f"{why}; see {log}"
+                hint = failure_hint(log)
+                entry.state, entry.reason = mf.FAILED, f"{why}{': ' + hint if hint else ''}; see {log}"
                 mark_failed(result, entry.reason)
             self.manifest.save()
             mark = "done  " if entry.state == mf.DONE else "FAILED"

@@ -23,7 +23,7 @@ from typing import Any
 from hpcbench import jobs
 from hpcbench import manifest as mf
 from hpcbench.errors import HpcbenchError
-from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
 from hpcbench.executors.local import result_status
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.plan import Launch
@@ -255,7 +255,8 @@ def refresh(manifest: mf.Manifest) -> None:
             new = mf.DONE if ok else mf.FAILED
             reason = "" if ok else f"job completed but result is {status or 'missing'}; see {e.log}"
         elif state in FAILED_STATES:
-            new, reason = mf.FAILED, f"Slurm state {state}; see {e.log}"
+            hint = failure_hint(Path(e.log))
+            new, reason = mf.FAILED, f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
         else:  # not in sacct yet
             continue
         if (new, reason) != (e.state, e.reason):

@@ -123,3 +123,33 @@ def test_quickstart_shape_sweep_and_scaling_table(write_spec: Callable[..., Path
     assert res.returncode == 0
     assert res.stdout.count("done already") == 3
     assert before == {p.name: p.stat().st_mtime_ns for p in out.glob("*.h5")}
+
+
+def test_a_stalled_rank_is_caught_by_the_watchdog(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = spec_text(
+        "stall", {"ranks_per_node": [2]}, framework="synthetic", backend="none", model="sleep",
+        iterations=100_000, warmup=0, extra={"forward_s": 0.001}, options={"stall_timeout_s": 3, "flush_every": 50},
+    )  # fmt: skip
+    spec = write_spec(text)
+    out = tmp_path / "sweep"
+    t0 = time.monotonic()
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "1:20:stall"}, timeout=120)
+    assert time.monotonic() - t0 < 60
+    assert res.returncode == 1
+    (entry,) = Manifest.load(out).entries.values()
+    assert entry.state == FAILED
+    assert "stalled: no iteration finished for" in entry.reason
+    assert "(limit 3 s" in entry.reason
+    data = read_point(out / entry.result)
+    assert data.status == "failed"
+    assert data.iterations.shape == (2, 0)  # nothing flushed: rank 1 stalled before the first block
+
+
+def test_failing_rank_reason_names_the_error(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(spec_text("why", {"ranks_per_node": [2]}, iterations=50))
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "0:2"})
+    assert res.returncode == 1
+    (entry,) = Manifest.load(out).entries.values()
+    assert "rank 0 of point" in entry.reason
+    assert "InjectedFault: HPCBENCH_FAULT: rank 0 fails at iteration 2" in entry.reason
