@@ -1,0 +1,35 @@
+"""Named Python environments that points run in (the spec's `env` field).
+
+Each framework stack has its own environment, built by `envs/build.sh NAME` from the
+pinned `envs/NAME.txt` into `ENVS_DIR/NAME` (default: `.envs/` at the repository root,
+`HPCBENCH_ENVS_DIR` to move it): `modern` (PyTorch + TensorFlow + Horovod) and `legacy`
+(MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter. A point without
+`env` runs in the interpreter that runs the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from hpcbench.errors import HpcbenchError
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = ("modern", "legacy")
+
+
+def envs_dir() -> Path:
+    return Path(os.environ.get("HPCBENCH_ENVS_DIR") or ROOT / ".envs")
+
+
+def python(name: str | None) -> Path:
+    """The interpreter of environment `name` (None: the current one). Raises if not built."""
+    if name is None:
+        return Path(sys.executable)
+    if name not in NAMES:
+        raise HpcbenchError(f"unknown environment {name!r}; known: {', '.join(NAMES)}")
+    exe = envs_dir() / name / "bin" / "python"
+    if not exe.exists():
+        raise HpcbenchError(f"environment {name!r} is not built ({exe} missing): bash envs/build.sh {name}")
+    return exe
