@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcbench import profiles
+from hpcbench import envs, profiles
 from hpcbench.errors import SpecError
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS, LaunchContext
@@ -28,7 +27,7 @@ def choices() -> dict[str, list[str]]:
         "launcher": LAUNCHERS.names(),
         "model": sorted({m for f in frameworks for m in f.models}),
         "dataset": sorted({d for f in frameworks for d in f.datasets}),
-        "env": [],  # named environments come with envs/ support
+        "env": list(envs.NAMES),
     }
 
 
@@ -70,7 +69,7 @@ def context(
     python: str | None = None,
 ) -> LaunchContext:
     return LaunchContext(
-        python=python or sys.executable,
+        python=python or str(envs.python(point.env)),
         run_file=str(RunFile.path_for(sweep_dir, point.id)),
         local=local,
         rendezvous=rendezvous,
