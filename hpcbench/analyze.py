@@ -21,7 +21,7 @@ import pandas as pd
 from hpcbench import textable
 from hpcbench.analysis import metrics, tables, trace_export
 from hpcbench.atomic import write_text_atomic
-from hpcbench.errors import HpcbenchError
+from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.store.reader import read_point
 
 PROG = "hpcbench.analyze"
@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     except HpcbenchError as exc:
         if args.verbose:
             traceback.print_exc()
-        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
 
 

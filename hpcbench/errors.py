@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """`text` with control characters escaped (\\n, \\x1b, ...), so a message stays on one line
+    and cannot move the cursor or recolour a terminal, whatever a user put in a value."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class HpcbenchError(Exception):
     """A problem with a clear next step. The CLIs print its message on one line and exit non-zero."""
 
@@ -21,7 +29,7 @@ class SpecError(HpcbenchError):
         message = f"{path}: {problem}" if path else problem
         if allowed:
             message += f" (allowed: {allowed})"
-        super().__init__(message)
+        super().__init__(one_line(message))
 
 
 class SchemaError(HpcbenchError):

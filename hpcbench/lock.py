@@ -31,3 +31,18 @@ def sweep_lock(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def in_use(directory: Path) -> bool:
+    """Whether a sweep command holds `directory`'s lock right now (without taking it)."""
+    try:
+        fd = os.open(directory / LOCK_FILE, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock if we got it
+    return False

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +24,7 @@ PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done",
 STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED)
 ACTIVE = (QUEUED, RUNNING)  # handed to a scheduler and not finished
 MANIFEST_VERSION = 1
+POINT_ID = re.compile(r"[0-9a-f]{12}")  # what spec.point_id makes; names files, so nothing else
 
 
 def now() -> str:
@@ -74,6 +76,9 @@ class Manifest:
             raise HpcbenchError(f"{path}: manifest version {data.get('version')} is not {MANIFEST_VERSION}")
         try:
             entries = {e["id"]: Entry(**e) for e in data["entries"]}
+            bad = [i for i in entries if not isinstance(i, str) or not POINT_ID.fullmatch(i)]
+            if bad:
+                raise HpcbenchError(f"{path}: unreadable manifest (point ids {bad[:3]} are not 12 hex digits)")
             return cls(directory, data["name"], data["executor"], entries)
         except (KeyError, TypeError) as exc:
             raise HpcbenchError(f"{path}: unreadable manifest ({type(exc).__name__}: {exc})") from None

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcbench.atomic import write_text_atomic
+from hpcbench.paths import inside
 from hpcbench.spec import Options, Point
 
 
@@ -26,11 +27,11 @@ class RunFile:
 
     @staticmethod
     def path_for(sweep_dir: Path, point_id: str) -> Path:
-        return sweep_dir / "points" / f"{point_id}.json"
+        return inside(sweep_dir, f"points/{point_id}.json")
 
     @staticmethod
     def result_for(sweep_dir: Path, point_id: str) -> Path:
-        return sweep_dir / f"{point_id}.h5"
+        return inside(sweep_dir, f"{point_id}.h5")
 
     def write(self, sweep_dir: Path) -> Path:
         path = self.path_for(sweep_dir, self.point.id)

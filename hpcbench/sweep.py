@@ -25,7 +25,7 @@ from typing import TextIO
 from hpcbench import manifest as mf
 from hpcbench import plan, textable
 from hpcbench.atomic import write_text_atomic
-from hpcbench.errors import HpcbenchError
+from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.executors import EXECUTORS, Executor
 from hpcbench.executors.local import result_status
 from hpcbench.frameworks import FRAMEWORKS
@@ -243,7 +243,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     except HpcbenchError as exc:
         if args.verbose:
             traceback.print_exc()
-        message = " ".join(str(exc).split())  # one line, whatever the value held
+        message = one_line(str(exc))  # one line, whatever the value held
         print(f"{PROG}: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:

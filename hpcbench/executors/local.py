@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shlex
 import signal
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import h5py
 
 from hpcbench import manifest as mf
 from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
+from hpcbench.lock import in_use
+from hpcbench.paths import inside
 from hpcbench.plan import Launch
 from hpcbench.store import schema
 
@@ -49,12 +53,24 @@ def mark_failed(path: Path, reason: str) -> None:
         pass
 
 
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the sweep process dies, even by SIGKILL, so the
+    launcher stops its ranks instead of writing on, orphaned, into a file a resume will reuse."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def run_process(argv: list[str], env: dict[str, str], log: Path, timeout_s: float | None) -> tuple[int, str]:
     """Run `argv` in its own process group; (exit code, '' or why it was stopped)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+            argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=_die_with_parent,  # async-signal-safe: one prctl call
+        )  # fmt: skip
         try:
             return proc.wait(timeout=timeout_s), ""
         except subprocess.TimeoutExpired:
@@ -76,11 +92,31 @@ class LocalExecutor(Executor):
     name = "local"
     local = True
 
+    def refresh(self) -> None:
+        """Points left running by a sweep process that is gone (killed, crashed) are failed."""
+        directory = self.manifest.directory
+        if in_use(directory):
+            return  # that sweep is alive and still running them
+        stale = [e for e in self.manifest.entries.values() if e.state in mf.ACTIVE]
+        for entry in stale:
+            result = inside(directory, entry.result)
+            entry.ended = entry.ended or mf.now()
+            if result_status(result) == schema.STATUS_COMPLETE:  # finished just before the sweep died
+                entry.state, entry.reason = mf.DONE, ""
+                continue
+            entry.state = mf.FAILED
+            entry.reason = (
+                f"the sweep process ended while this point ran (killed or crashed); see {directory / entry.log}"
+            )
+            mark_failed(result, entry.reason)
+        if stale:
+            self.manifest.save()
+
     def run(self, launches: Sequence[Launch]) -> None:
         directory = self.manifest.directory
         for launch in launches:
             entry = self.manifest.entries[launch.point.id]
-            result = directory / entry.result
+            result = inside(directory, entry.result)
             if result_status(result) == schema.STATUS_COMPLETE:
                 entry.state, entry.reason = mf.DONE, ""
                 self.manifest.save()
@@ -89,12 +125,12 @@ class LocalExecutor(Executor):
             aside = keep_aside(result)
             if aside is not None:
                 print(f"  {entry.id}  earlier incomplete result kept as {aside.name}", file=self.out)
+            entry.log = f"logs/{entry.id}.log"
+            log = inside(directory, entry.log)
             entry.state, entry.attempts, entry.started, entry.ended = mf.RUNNING, entry.attempts + 1, mf.now(), ""
             self.manifest.save()
             if self.verbose:
                 print("+ " + shlex.join(launch.argv), file=self.out, flush=True)
-            entry.log = f"logs/{entry.id}.log"
-            log = directory / entry.log
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as f:
                 f.write(f"=== hpcbench attempt {entry.attempts} at {entry.started}: {shlex.join(launch.argv)}\n")

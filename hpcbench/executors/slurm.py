@@ -26,6 +26,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
 from hpcbench.executors.local import result_status
 from hpcbench.launchers import LAUNCHERS
+from hpcbench.paths import inside
 from hpcbench.plan import Launch
 from hpcbench.profiles import SiteProfile
 from hpcbench.slurm_options import SlurmOptions
@@ -155,7 +156,7 @@ class SlurmExecutor(Executor):
     def _submission_dir(self) -> Path:
         # A fresh folder per submission: Slurm job ids restart after a controller reset, and a
         # reused <job id> folder would hand back an old job's results.
-        root = self.manifest.directory / "slurm"
+        root = inside(self.manifest.directory, "slurm")
         n = 1
         while (root / f"submission-{n:03d}").exists():
             n += 1
@@ -170,7 +171,7 @@ class SlurmExecutor(Executor):
         folder = self.manifest.directory / "slurm" / "dry-run"
         written = []
         for i, (params, items) in enumerate(groups(launches, self.manifest.name, defaults, profile), start=1):
-            path = self.manifest.directory / f"job-{i:03d}.sbatch"
+            path = inside(self.manifest.directory, f"job-{i:03d}.sbatch")
             text = sbatch_text(params, folder / "%j", len(items))
             shebang, _, rest = text.partition("\n")
             points = " ".join(x.point.id for x in items)

@@ -147,9 +147,9 @@ def test_load_other_version(tmp_path: Path, version: object) -> None:
 
 
 def test_entries_roundtrip_through_plain_json(tmp_path: Path) -> None:
-    entry = Entry("abc", "label", {"seed": 1}, manifest.RUNNING, 1, "", "job7", "s", "")
+    entry = Entry("0123456789ab", "label", {"seed": 1}, manifest.RUNNING, 1, "", "job7", "s", "")
     (tmp_path / "manifest.json").write_text(json.dumps(_valid(entries=[entry.__dict__])))
-    assert Manifest.load(tmp_path).entries == {"abc": entry}
+    assert Manifest.load(tmp_path).entries == {"0123456789ab": entry}
 
 
 # --------------------------------------------------------------------------------------
