@@ -24,7 +24,6 @@ from hpcbench import jobs
 from hpcbench import manifest as mf
 from hpcbench.errors import HpcbenchError
 from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
-from hpcbench.executors.local import result_status
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.paths import inside
 from hpcbench.plan import Launch
@@ -32,6 +31,7 @@ from hpcbench.profiles import SiteProfile
 from hpcbench.slurm_options import SlurmOptions
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.store.status import result_status
 
 # sacct states that end a job without a result of ours
 FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
@@ -227,37 +227,65 @@ class SlurmExecutor(Executor):
         return [e.id for e in active]
 
 
-def sacct_states(job_ids: Sequence[str]) -> dict[str, str]:
-    """job id -> Slurm state of the allocation (not its steps), from sacct."""
+def sacct_states(job_ids: Sequence[str]) -> dict[str, list[str]]:
+    """job id -> the Slurm states of its allocation (not its steps), oldest first, from sacct.
+
+    A job requeued (preempted, its node failed, `scontrol requeue`) has one record per run
+    (`sacct -D`); the last one is its current state.
+    """
     if not job_ids:
         return {}
-    out = _run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", ",".join(job_ids)], "sacct")
-    states = {}
+    out = _run(["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State", "-j", ",".join(job_ids)], "sacct")
+    states: dict[str, list[str]] = {}
     for line in out.splitlines():
         job, _, state = line.partition("|")
-        states[job.strip()] = state.split()[0] if state.split() else ""
+        states.setdefault(job.strip(), []).append(state.split()[0] if state.split() else "")
     return states
 
 
+def queue_states() -> dict[str, str]:
+    """job id -> state of this user's jobs the controller still holds (array tasks one by one)."""
+    out = _run(["squeue", "--me", "-h", "-r", "-o", "%i|%T"], "squeue")
+    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
+
+
+def job_states(records: list[str], live: str | None) -> list[str]:
+    """A job's states, oldest first: sacct's records, corrected by the queue. Right after a
+    requeue (node failure, preemption) sacct's last record still says NODE_FAIL or REQUEUED
+    while the job is pending again: what the queue holds is the truth."""
+    if live is None:
+        return records
+    if records and records[-1] in (*FAILED_STATES, "REQUEUED"):
+        return [*records, live]
+    return [*records[:-1], live]
+
+
 def refresh(manifest: mf.Manifest) -> None:
-    """Bring queued / running entries up to date from sacct and the point files."""
+    """Bring queued / running entries up to date from sacct, the queue and the point files."""
     active = [e for e in manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
-    states = sacct_states([e.job_id for e in active])
+    if not active:
+        return
+    records = sacct_states([e.job_id for e in active])
+    queue = queue_states()
     changed = False
     for e in active:
-        state = states.get(e.job_id, "")
+        *history, state = job_states(records.get(e.job_id, []), queue.get(e.job_id)) or [""]
+        requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
         status = result_status(manifest.directory / e.result)
-        if state in ("PENDING", "REQUEUED", "RESIZING", "SUSPENDED"):
-            new, reason = mf.QUEUED, ""
-        elif state in ("RUNNING", "COMPLETING"):
-            new, reason = mf.RUNNING, ""
+        if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"):
+            new, reason = mf.QUEUED, requeued
+        elif state in ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT"):
+            new, reason = mf.RUNNING, requeued
         elif state == "COMPLETED":
             ok = status == schema.STATUS_COMPLETE
             new = mf.DONE if ok else mf.FAILED
-            reason = "" if ok else f"job completed but result is {status or 'missing'}; see {e.log}"
+            reason = f"completed, {requeued}" if ok and requeued else ""
+            if not ok:
+                reason = f"job completed but result is {status or 'missing'}; see {e.log}"
         elif state in FAILED_STATES:
             hint = failure_hint(Path(e.log))
             new, reason = mf.FAILED, f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
+            reason = f"{requeued}, then {reason}" if requeued else reason
         else:  # not in sacct yet
             continue
         if (new, reason) != (e.state, e.reason):

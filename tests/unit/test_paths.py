@@ -40,7 +40,8 @@ def test_symlinks_that_leave_are_refused(tmp_path: Path) -> None:
 
 
 def test_manifest_with_a_path_in_a_point_id_is_refused(tmp_path: Path) -> None:
-    data = {"version": 1, "name": "s", "executor": "local", "entries": [{"id": "../../etc/x", "label": "", "point": {}}]}
+    entry = {"id": "../../etc/x", "label": "", "point": {}}
+    data = {"version": 1, "name": "s", "executor": "local", "entries": [entry]}
     (tmp_path / "manifest.json").write_text(json.dumps(data))
     with pytest.raises(HpcbenchError, match="not 12 hex digits"):
         Manifest.load(tmp_path)

@@ -443,3 +443,13 @@ def test_sbatch_hostile_sweep_name_stays_in_its_line() -> None:
     lines = sbatch_lines(slurm.sbatch_text(params, FOLDER, 1))
     (name_line,) = [line for line in lines if line.startswith("#SBATCH --job-name=")]
     assert SAFE_NAME.match(name_line.removeprefix("#SBATCH --job-name="))
+
+
+def test_job_states_trust_the_queue_right_after_a_requeue() -> None:
+    assert slurm.job_states(["RUNNING"], None) == ["RUNNING"]
+    assert slurm.job_states(["PENDING"], "RUNNING") == ["RUNNING"]  # sacct lags behind the queue
+    assert slurm.job_states(["NODE_FAIL"], "PENDING") == ["NODE_FAIL", "PENDING"]  # requeued, no new record yet
+    assert slurm.job_states(["REQUEUED", "PENDING"], "RUNNING") == ["REQUEUED", "RUNNING"]
+    assert slurm.job_states(["NODE_FAIL", "COMPLETED"], None) == ["NODE_FAIL", "COMPLETED"]
+    assert slurm.job_states([], "PENDING") == ["PENDING"]
+    assert slurm.job_states([], None) == []
