@@ -19,7 +19,15 @@ The public spec format::
     options:                     # how to run, not what is measured (not part of point ids)
       writer: auto
 
-Any point field may sit in `matrix` or in `fixed`; unknown keys are errors.
+Any point field may sit in `matrix` or in `fixed`; unknown keys are errors. A matrix entry
+that is not a field name and lists mappings is a grouped axis: each entry sets its fields
+together (framework and backend pairs, say)::
+
+    matrix:
+      stack:
+        - {framework: torch, backend: gloo}
+        - {framework: tensorflow, backend: multiworker, env: modern}
+      ranks_per_node: [1, 2]
 """
 
 from __future__ import annotations
@@ -79,6 +87,7 @@ class Point:
     environ: tuple[tuple[str, str], ...] = ()  # extra environment variables for every rank
     extra: tuple[tuple[str, Scalar], ...] = ()  # site- or framework-specific options
     slurm: tuple[tuple[str, Any], ...] = ()  # per-point Slurm option overrides (slurm_options)
+    epochs: int | None = None  # train for whole epochs of the dataset instead of `iterations`
 
     @property
     def ranks(self) -> int:
@@ -86,7 +95,12 @@ class Point:
 
     @property
     def total_iterations(self) -> int:
+        """Iterations run, warm-up included (with `epochs`, see `iterations_for`)."""
         return self.warmup + self.iterations
+
+    def iterations_for(self, steps_per_epoch: int) -> int:
+        """Iterations run, warm-up included, once the dataset's steps per epoch are known."""
+        return self.warmup + (self.epochs * steps_per_epoch if self.epochs else self.iterations)
 
     @property
     def id(self) -> str:
@@ -251,6 +265,7 @@ def _checkers(choices: Choices) -> dict[str, Callable[[str, Any], Any]]:
         "environ": environ_items,
         "extra": _extra,
         "slurm": slurm_options.as_items,
+        "epochs": _optional(_int(1)),
     }
 
 
@@ -341,9 +356,14 @@ def load_sweep(text: str, choices: Choices | None = None, check: PointCheck | No
     axes: dict[str, list[Any]] = {}
     values: dict[str, Any] = {}
     origin: dict[str, str] = {}
+    groups: set[str] = set()  # grouped axes: each value sets several fields together
     for section_name, section in (("matrix", matrix), ("fixed", fixed)):
         for key, value in section.items():
             path = f"{section_name}.{key}"
+            if section_name == "matrix" and _is_group(key, value):
+                axes[key] = _group_values(path, value, checkers, origin)
+                groups.add(key)
+                continue
             canonical = _field_name(path, key)
             if canonical in origin:
                 raise SpecError(path, f"{canonical} is given twice (also in {origin[canonical]})", "each field once")
@@ -361,7 +381,11 @@ def load_sweep(text: str, choices: Choices | None = None, check: PointCheck | No
     used = [False] * len(excludes)
     for combo in itertools.product(*(axes[n] for n in names)):
         fields = dict(values)
-        fields.update(zip(names, combo, strict=True))
+        for axis, value in zip(names, combo, strict=True):
+            if axis in groups:
+                fields.update(value)
+            else:
+                fields[axis] = value
         hit = [
             i for i, ex in enumerate(excludes) if all(fields.get(k, getattr(DEFAULTS, k)) == v for k, v in ex.items())
         ]
@@ -414,6 +438,42 @@ def _axis_values(path: str, value: Any, check: Callable[[str, Any], Any]) -> lis
         if v in out:
             raise SpecError(f"{path}[{i}]", f"{item!r} is listed twice", "distinct values")
         out.append(v)
+    return out
+
+
+def _is_group(key: Any, value: Any) -> bool:
+    """A matrix entry that is not a point field and lists mappings: a grouped axis."""
+    canonical = SYNONYMS.get(key, key) if isinstance(key, str) else key
+    return (
+        canonical not in FIELD_NAMES
+        and isinstance(value, list)
+        and bool(value)
+        and all(isinstance(v, Mapping) for v in value)
+    )
+
+
+def _group_values(
+    path: str, value: list[Mapping[str, Any]], checkers: Mapping[str, Callable[[str, Any], Any]], origin: dict[str, str]
+) -> list[dict[str, Any]]:
+    """The entries of a grouped axis (e.g. `stack: [{framework: torch, backend: gloo}, ...]`),
+    each a mapping of point fields set together; its fields may not be set anywhere else."""
+    out: list[dict[str, Any]] = []
+    mine: set[str] = set()
+    for i, entry in enumerate(value):
+        if not entry:
+            raise SpecError(f"{path}[{i}]", "is an empty mapping", "a mapping of point fields to values")
+        fields = {}
+        for key, v in entry.items():
+            where = f"{path}[{i}].{key}"
+            canonical = _field_name(where, key)
+            if canonical in origin and canonical not in mine:
+                raise SpecError(where, f"{canonical} is given twice (also in {origin[canonical]})", "each field once")
+            origin.setdefault(canonical, where)
+            mine.add(canonical)
+            fields[canonical] = checkers[canonical](where, v)
+        if fields in out:
+            raise SpecError(f"{path}[{i}]", "is listed twice", "distinct entries")
+        out.append(fields)
     return out
 
 

@@ -14,15 +14,18 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 import hpcbench
 from hpcbench import provenance, rankenv
 from hpcbench.comm import Comm, MPIComm, SelfComm
-from hpcbench.frameworks import FRAMEWORKS
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks import FRAMEWORKS, Framework
 from hpcbench.runfile import RunFile
 from hpcbench.store import schema
+from hpcbench.store.status import keep_aside, result_status
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import clock_offset_ns
@@ -54,6 +57,36 @@ def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str
     return FileMeta(root=root, point=point_attrs, provenance=prov)
 
 
+class Evaluations:
+    """Rows of the eval table: the framework tested on this rank's held-out shard, timed here."""
+
+    def __init__(self, framework: Framework, rank: int) -> None:
+        self._framework = framework
+        self._rank = rank
+        self._rows: list[tuple[Any, ...]] = []
+        self._t0 = 0
+        self._testing_ns = 0  # time spent testing, left out of the training time
+
+    def begin(self) -> None:
+        self._t0 = time.perf_counter_ns()
+
+    def run(self, epoch: int, iteration: int) -> None:
+        start = time.perf_counter_ns()
+        result = self._framework.evaluate()
+        end = time.perf_counter_ns()
+        if result is None:
+            return
+        train_s = (start - self._t0 - self._testing_ns) / 1e9
+        self._testing_ns += end - start
+        checksum = self._framework.parameter_checksum()
+        row = (self._rank, epoch, iteration, train_s, (end - start) / 1e9, result.correct, result.total)
+        self._rows.append((*row, result.loss, checksum))
+
+    def drain(self) -> np.ndarray:
+        rows, self._rows = self._rows, []
+        return np.array(rows, dtype=schema.EVAL_DTYPE)
+
+
 class InjectedFault(RuntimeError):
     """Raised on purpose (HPCBENCH_FAULT) to test that a failing rank ends the whole job."""
 
@@ -71,6 +104,20 @@ def injected_fault(rank: int) -> tuple[int, str]:
     return -1, ""
 
 
+def _complete_already(result: Path, comm: Comm) -> bool:
+    """True if `result` is complete; else an earlier attempt's file is moved aside (rank 0),
+    so that a rerun (resume, a requeued job) neither overwrites a finished result nor loses
+    a crashed one."""
+    verdict = None
+    if comm.rank == 0:
+        verdict = result_status(result) == schema.STATUS_COMPLETE
+        if not verdict:
+            aside = keep_aside(result)
+            if aside is not None:
+                print(f"hpcbench.worker: earlier attempt kept as {aside}", file=sys.stderr, flush=True)
+    return bool(comm.bcast(verdict))
+
+
 def run(run_file: Path) -> None:
     run_spec = RunFile.load(run_file)
     point = run_spec.point
@@ -78,7 +125,11 @@ def run(run_file: Path) -> None:
     renv = rankenv.detect()
     comm: Comm | None = MPIComm() if renv.mpi else None
     try:
-        framework = FRAMEWORKS.load(point.framework)()
+        framework_cls = FRAMEWORKS.load(point.framework)
+        missing = framework_cls.unavailable(point.backend)
+        if missing is not None:
+            raise HpcbenchError(f"{point.framework} backend {point.backend!r} is not available here: {missing}")
+        framework = framework_cls()
         framework.setup(point, renv, comm)
         comm = comm or framework.bookkeeping_comm() or SelfComm()
         if comm.size != point.ranks:
@@ -90,9 +141,14 @@ def run(run_file: Path) -> None:
         extra = {**framework.versions(), "writer": kind}
         meta = comm.bcast(_meta(run_spec, renv, hosts, extra) if comm.rank == 0 else None)
         out = RunFile.result_for(sweep_dir, point.id)
-        writer = open_writer(out, comm, meta, point.total_iterations, _rank_row(renv, offset), kind)
+        if _complete_already(out, comm):  # a requeued job whose first run finished
+            print(f"hpcbench.worker: {out} is complete already; not run again", file=sys.stderr, flush=True)
+            framework.teardown()
+            return
+        n_iterations = point.iterations_for(framework.steps_per_epoch())
+        writer = open_writer(out, comm, meta, n_iterations, _rank_row(renv, offset), kind)
         epoch = meta.root["epoch_ns"]
-        rec = framework.recorder(min(run_spec.options.flush_every, point.total_iterations), offset, epoch)
+        rec = framework.recorder(min(run_spec.options.flush_every, n_iterations), offset, epoch)
         rec.comm = CommRecorder(comm.rank, offset, epoch)
         gpu = renv.local_rank if point.device == "cuda" else None
         sampler = Sampler(comm.rank, run_spec.options.sample_period_s, offset, epoch, gpu_index=gpu)
@@ -100,9 +156,11 @@ def run(run_file: Path) -> None:
         def flush() -> None:
             assert rec.comm is not None
             first = rec.first
-            tables = {schema.COMM: rec.comm.drain(), schema.RESOURCES: sampler.drain()}
+            tables = {schema.COMM: rec.comm.drain(), schema.RESOURCES: sampler.drain(), schema.EVAL: evals.drain()}
             writer.write_iterations(first, rec.drain(), tables)
 
+        evals = Evaluations(framework, comm.rank)
+        steps = framework.steps_per_epoch() if point.epochs else 0
         sampler.start()
 
         fail_at, fault = injected_fault(comm.rank)
@@ -111,7 +169,8 @@ def run(run_file: Path) -> None:
         comm.barrier()  # everyone starts the timed loop together
         if watchdog is not None:
             watchdog.start()
-        for i in range(point.total_iterations):
+        evals.begin()
+        for i in range(n_iterations):
             if i == fail_at:
                 if fault == "stall":
                     print(f"HPCBENCH_FAULT: rank {comm.rank} stalls at iteration {i}", file=sys.stderr, flush=True)
@@ -121,10 +180,15 @@ def run(run_file: Path) -> None:
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)
+            done = i + 1 - point.warmup
+            if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
+                evals.run(done // steps, i + 1)
             if rec.full:
                 flush()
             if watchdog is not None:
                 watchdog.beat(i)
+        if not steps:
+            evals.run(0, n_iterations)
         if watchdog is not None:
             watchdog.stop()
         sampler.stop()

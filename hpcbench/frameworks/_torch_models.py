@@ -1,46 +1,68 @@
-"""PyTorch model definitions (imported only when a torch point runs)."""
+"""PyTorch modules built from the framework-neutral model trees of `hpcbench.models`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 
+import torch
 from torch import nn
 
-# model name -> (input shape without batch, number of classes)
-INPUTS: dict[str, tuple[tuple[int, ...], int]] = {
-    "lenet": ((1, 28, 28), 10),
-    "mlp": ((1, 28, 28), 10),
-}
+from hpcbench import models as zoo
 
 
-def lenet(classes: int = 10) -> nn.Module:
-    """LeNet-5 (LeCun et al. 1998) for 28x28 inputs: 61,706 parameters with 10 classes."""
-    return nn.Sequential(
-        nn.Conv2d(1, 6, kernel_size=5, padding=2),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(6, 16, kernel_size=5),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(16 * 5 * 5, 120),
-        nn.ReLU(),
-        nn.Linear(120, 84),
-        nn.ReLU(),
-        nn.Linear(84, classes),
-    )
+class Concat(nn.Module):
+    def __init__(self, branches: Sequence[nn.Module]) -> None:
+        super().__init__()
+        self.branches = nn.ModuleList(branches)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([branch(x) for branch in self.branches], dim=1)
 
 
-def mlp(classes: int = 10) -> nn.Module:
-    """Two hidden layers of 512 (the multilayer perceptron of seed 001): 669,706 parameters."""
-    return nn.Sequential(
-        nn.Flatten(),
-        nn.Linear(28 * 28, 512),
-        nn.ReLU(),
-        nn.Linear(512, 512),
-        nn.ReLU(),
-        nn.Linear(512, classes),
-    )
+class Residual(nn.Module):
+    def __init__(self, body: nn.Module, shortcut: nn.Module) -> None:
+        super().__init__()
+        self.body = body
+        self.shortcut = shortcut
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.body(x) + self.shortcut(x)
+        return out
 
 
-BUILDERS: dict[str, Callable[[int], nn.Module]] = {"lenet": lenet, "mlp": mlp}
+def _layer(layer: zoo.Layer, shape: zoo.Shape) -> nn.Module:
+    if isinstance(layer, zoo.Conv):
+        return nn.Conv2d(shape[0], layer.out, layer.kernel, layer.stride, layer.pad, bias=layer.bias)
+    if isinstance(layer, zoo.BatchNorm):
+        return nn.BatchNorm2d(shape[0], eps=layer.eps, momentum=layer.momentum)
+    if isinstance(layer, zoo.Pool):
+        if layer.kind == "max":
+            return nn.MaxPool2d(layer.kernel, layer.stride, layer.pad)
+        return nn.AvgPool2d(layer.kernel, layer.stride, layer.pad, count_include_pad=True)
+    if isinstance(layer, zoo.GlobalAvgPool):
+        return nn.AdaptiveAvgPool2d(1)
+    if isinstance(layer, zoo.Flatten):
+        return nn.Flatten()
+    if isinstance(layer, zoo.Dense):
+        return nn.Linear(shape[0], layer.out, bias=layer.bias)
+    if isinstance(layer, zoo.Activation):
+        return nn.ReLU(inplace=False) if layer.kind == "relu" else nn.Sigmoid()
+    if isinstance(layer, zoo.Dropout):
+        return nn.Dropout(layer.rate)
+    if isinstance(layer, zoo.Concat):
+        return Concat([sequential(branch, shape) for branch in layer.branches])
+    if isinstance(layer, zoo.Residual):
+        return Residual(sequential(layer.body, shape), sequential(layer.shortcut, shape))
+    raise TypeError(f"no PyTorch layer for {layer!r}")
+
+
+def sequential(layers: Sequence[zoo.Layer], shape: zoo.Shape) -> nn.Sequential:
+    modules = []
+    for layer in layers:
+        modules.append(_layer(layer, shape))
+        shape = zoo.output_shape(layer, shape)
+    return nn.Sequential(*modules)  # empty: the identity
+
+
+def build(model: zoo.Model) -> nn.Module:
+    return sequential(model.layers, model.input)

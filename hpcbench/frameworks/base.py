@@ -4,15 +4,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
+from hpcbench import data
+from hpcbench import models as zoo
 from hpcbench.comm import Comm
+from hpcbench.errors import HpcbenchError
 from hpcbench.rankenv import RankEnv
-from hpcbench.registry import Registry
+from hpcbench.registry import Registry, import_error
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Recorder
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One rank's result on its held-out shard."""
+
+    correct: int  # correctly classified samples (0 for a model that is not a classifier)
+    total: int  # samples classified (0 for a model that is not a classifier: accuracy undefined)
+    loss: float  # mean test loss over the shard
 
 
 class Framework(ABC):
@@ -26,6 +41,8 @@ class Framework(ABC):
     name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]]  # modules that must import for this framework to work
     backends: ClassVar[tuple[str, ...]]
+    # more modules a backend needs beyond `requires` (e.g. "horovod": ("horovod.torch",))
+    backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {}
     models: ClassVar[tuple[str, ...]]
     datasets: ClassVar[tuple[str, ...]] = ("synthetic",)
 
@@ -36,8 +53,22 @@ class Framework(ABC):
             yield "backend", f"{point.backend!r} is not a backend of framework {cls.name!r}", ", ".join(cls.backends)
         if point.model not in cls.models:
             yield "model", f"{point.model!r} is not a model of framework {cls.name!r}", ", ".join(cls.models)
+            return
         if point.dataset not in cls.datasets:
             yield "dataset", f"{point.dataset!r} is not supported by {cls.name!r}", ", ".join(cls.datasets)
+            return
+        if point.dataset != "synthetic" and not point.data_dir:
+            yield "data_dir", f"dataset {point.dataset!r} reads its files from data_dir, which is not set", "a folder"
+        if point.model in zoo.NAMES:
+            try:
+                model_for(point)
+            except HpcbenchError as exc:
+                yield "model", str(exc), f"models whose input fits dataset {point.dataset!r}"
+
+    @classmethod
+    def unavailable(cls, backend: str) -> str | None:
+        """Why `backend` cannot run in this interpreter (a module that fails to import), or None."""
+        return import_error((*cls.requires, *cls.backend_requires.get(backend, ())))
 
     @abstractmethod
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
@@ -55,6 +86,19 @@ class Framework(ABC):
     def step(self, rec: Recorder) -> Any:
         """One training iteration, marking phase ends on `rec`. Returns the loss (any scalar-like)."""
 
+    def steps_per_epoch(self) -> int:
+        """Training iterations in one epoch of this rank's shard (after `build`)."""
+        return 1
+
+    def parameter_checksum(self) -> float:
+        """`checksum` of the model's weights (after `build`); NaN if not available."""
+        return float("nan")
+
+    def evaluate(self) -> Evaluation | None:
+        """Test this rank's held-out shard with the current weights (no timing: the worker
+        times the call). None: this framework does not evaluate."""
+        return None
+
     def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
         """The phase recorder for this framework and device (CPU clock by default)."""
         return Recorder(capacity, clock_offset, epoch_ns)
@@ -65,6 +109,30 @@ class Framework(ABC):
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the distributed backend."""
+
+
+def checksum(arrays: Iterable[Any]) -> float:
+    """One number for a set of weight arrays, equal on ranks whose weights are equal:
+    the sum over arrays of (sum of values + sum of squares), in float64."""
+    total = 0.0
+    for a in arrays:
+        v = np.asarray(a, dtype=np.float64)
+        total += float(v.sum() + np.square(v).sum())
+    return total
+
+
+def model_for(point: Point) -> zoo.Model:
+    """The point's model, shaped for its dataset (synthetic data takes the model's own input)."""
+    default = zoo.model(point.model)
+    shape, classes = data.input_of(point.dataset, default.input, default.classes)
+    return zoo.model(point.model, shape, classes)
+
+
+def shard_for(point: Point, model: zoo.Model, rank: int, size: int) -> data.Shard:
+    """This rank's part of the point's dataset, shaped for `model`."""
+    return data.load(
+        point.dataset, point.data_dir, model.input, model.classes, point.batch_size, rank, size, point.seed
+    )
 
 
 FRAMEWORKS: Registry[type[Framework]] = Registry("framework", "hpcbench.frameworks")

@@ -1,10 +1,11 @@
-"""PyTorch: DistributedDataParallel over gloo (CPU) or nccl (CUDA).
+"""PyTorch: DistributedDataParallel over gloo (CPU) or nccl (CUDA), MPI through mpi4py, Horovod.
 
-Gradient exchange is timed from inside DDP with a communication hook that does what
-DDP's default hook does (average by all-reduce) and notes when each bucket became ready
-and when its all-reduce completed. The step therefore keeps DDP's overlap of backward
-and all-reduce, and the recorder gets: backward = until the last bucket was ready,
-comm = what was still outstanding after that, comm_total = the buckets' summed times.
+Every backend trains the same module (built from `hpcbench.models`) on the same shard of
+data through the same phase marks; how gradients travel is the backend's exchange
+(`_torch_exchange`): DDP's buckets, one MPI all-reduce per parameter, or Horovod's fused
+all-reduce. Each exchange keeps its backend's overlap of backward and communication, and the
+recorder gets: backward = until the last gradient was ready, comm = what was still
+outstanding after that, comm_total = the messages' summed times, one comm event per message.
 """
 
 from __future__ import annotations
@@ -12,71 +13,22 @@ from __future__ import annotations
 import datetime
 import os
 import socket
-import time
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, ClassVar
 
+from hpcbench import data
+from hpcbench import models as zoo
 from hpcbench.comm import Comm
-from hpcbench.frameworks.base import FRAMEWORKS, Framework, Problem
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
 from hpcbench.rankenv import RankEnv
 from hpcbench.spec import Point
-from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 
 if TYPE_CHECKING:
     import torch
 
-SYNTHETIC_POOL = 8  # distinct synthetic batches per rank, cycled
-
-
-class _HookState:
-    """Written by the comm hook (the all-reduce completion runs on the backend's thread)."""
-
-    __slots__ = ("comm", "dtypes", "iteration", "last_ready_ns", "names", "total_ns", "world")
-
-    def __init__(self, world: int) -> None:
-        self.world = world
-        self.last_ready_ns = 0
-        self.total_ns = 0
-        self.comm: CommRecorder | None = None
-        self.iteration = 0
-        self.names: dict[int, str] = {}  # bucket index -> message name, made once
-        self.dtypes: dict[Any, str] = {}
-
-    def reset(self) -> None:
-        self.last_ready_ns = 0
-        self.total_ns = 0
-
-
-def _timed_allreduce(state: _HookState, bucket: Any) -> Any:
-    import torch.distributed as dist
-
-    t0 = time.perf_counter_ns()
-    state.last_ready_ns = t0
-    tensor = bucket.buffer()
-    slot = -1
-    comm = state.comm
-    if comm is not None:
-        index = bucket.index()
-        name = state.names.get(index) or state.names.setdefault(index, f"bucket{index}")
-        dtype = state.dtypes.get(tensor.dtype) or state.dtypes.setdefault(tensor.dtype, str(tensor.dtype)[6:])
-        slot = comm.begin(state.iteration, "allreduce", name, dtype, tensor.numel() * tensor.element_size(), t0)
-    tensor.div_(state.world)
-    future = dist.all_reduce(tensor, async_op=True).get_future()
-
-    def done(fut: Any) -> Any:
-        t1 = time.perf_counter_ns()
-        state.total_ns += t1 - t0
-        if comm is not None:
-            comm.end(slot, t1)
-        return fut.value()[0]
-
-    return future.then(done)
-
-
-# DDP checks a hook's annotations at run time against dist.GradBucket / Future; postponed
-# annotations are strings to it. mypy has read them; drop them for that check.
-_timed_allreduce.__annotations__.clear()
+    from hpcbench.frameworks._torch_exchange import Exchange
 
 
 class TorchComm:
@@ -120,24 +72,29 @@ class TorchComm:
 class TorchFramework(Framework):
     name = "torch"
     requires = ("torch",)
-    backends = ("gloo", "nccl")
-    models = ("lenet", "mlp")
+    backends = ("gloo", "nccl", "mpi", "horovod")
+    backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"mpi": ("mpi4py",), "horovod": ("horovod.torch",)}
+    models = zoo.NAMES
+    datasets = data.NAMES
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
         if point.backend == "nccl" and point.device != "cuda":
             yield "backend", "nccl needs device: cuda", "gloo on cpu; gloo or nccl on cuda"
+        if point.backend == "mpi" and point.device != "cpu":
+            yield "backend", "mpi exchanges host memory (mpi4py): device cuda is not supported", "device: cpu"
+        if point.backend in ("mpi", "horovod") and point.launcher == "torchrun":
+            yield "launcher", f"backend {point.backend} needs MPI or Horovod ranks, not torchrun's", "mpirun, srun"
 
     def __init__(self) -> None:
-        self._hook = _HookState(1)
-        self._pool: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._next = 0
         self._comm: Comm | None = None
+        self._exchange: Exchange | None = None
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch
-        import torch.distributed as dist
+
+        from hpcbench.frameworks._torch_exchange import DDPExchange, HorovodExchange, MPIExchange
 
         if point.threads is not None:
             torch.set_num_threads(point.threads)
@@ -146,6 +103,30 @@ class TorchFramework(Framework):
             self.device = torch.device("cuda", renv.local_rank)
         else:
             self.device = torch.device("cpu")
+        self.rank, self.size = renv.rank, renv.size
+        if point.backend == "mpi":
+            if comm is None or comm.mpi_comm is None:
+                raise HpcbenchError("torch backend 'mpi' needs ranks started by an MPI launcher (mpirun, srun)")
+            self._exchange = MPIExchange(renv.size, comm.mpi_comm)
+        elif point.backend == "horovod":
+            import horovod.torch as hvd
+
+            hvd.init()
+            if point.device == "cuda":
+                torch.cuda.set_device(hvd.local_rank())
+            self.rank, self.size = hvd.rank(), hvd.size()
+            self._exchange = HorovodExchange(hvd.size())
+            if comm is None:
+                from hpcbench.frameworks._horovod import HorovodComm
+
+                self._comm = HorovodComm(hvd)
+        else:
+            self._init_process_group(point, renv, comm)
+            self._exchange = DDPExchange(renv.size)
+
+    def _init_process_group(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
+        import torch.distributed as dist
+
         timeout = datetime.timedelta(seconds=float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", "300")))
         if comm is not None:
             # Rendezvous through MPI: rank 0 opens a store on a free port and tells the others.
@@ -165,26 +146,23 @@ class TorchFramework(Framework):
         else:
             dist.init_process_group(point.backend, init_method="env://", timeout=timeout)
             self._comm = TorchComm()
-        self._hook = _HookState(dist.get_world_size())
 
     def bookkeeping_comm(self) -> Comm | None:
         return self._comm
 
     def build(self, point: Point) -> None:
         import torch
-        import torch.distributed as dist
-        from torch.nn.parallel import DistributedDataParallel
 
         from hpcbench.frameworks import _torch_models
 
-        rank = dist.get_rank()
-        torch.manual_seed(point.seed)  # same initial weights on every rank (DDP broadcasts anyway)
-        shape, classes = _torch_models.INPUTS[point.model]
-        model = _torch_models.BUILDERS[point.model](classes).to(self.device)
-        ids = [self.device.index] if self.device.type == "cuda" else None
-        self.model = DistributedDataParallel(model, device_ids=ids)
-        self.model.register_comm_hook(self._hook, _timed_allreduce)
-        self.loss_fn = torch.nn.CrossEntropyLoss()
+        assert self._exchange is not None, "setup() first"
+        spec = model_for(point)
+        self.task = spec.task
+        torch.manual_seed(point.seed)  # the same initial weights on every rank (and broadcast anyway)
+        module = _torch_models.build(spec).to(self.device)
+        self.model = self._exchange.wrap(module, self.device)
+        self.loss_fn: Callable[[Any, Any], Any]
+        self.loss_fn = torch.nn.CrossEntropyLoss() if self.task == "classify" else torch.nn.MSELoss()
         params = self.model.parameters()
         if point.optimizer == "adam":
             self.optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=point.lr)
@@ -192,36 +170,77 @@ class TorchFramework(Framework):
             momentum = 0.9 if point.optimizer == "momentum" else 0.0
             self.optimizer = torch.optim.SGD(params, lr=point.lr, momentum=momentum)
 
-        gen = torch.Generator().manual_seed(point.seed * 100_003 + rank)
+        shard = shard_for(point, spec, self.rank, self.size)
+        self.batches = data.Batches(shard.train, point.batch_size, point.seed, self.rank, point.dataset != "synthetic")
+        self.test = shard.test
+        self.eval_batch = point.batch_size
+        # The whole shard as tensors once (sharing numpy's memory on the CPU; page-locked for
+        # CUDA so that the copy to the device can be asynchronous): a step only indexes it.
         pin = self.device.type == "cuda"
-        for _ in range(SYNTHETIC_POOL):
-            x = torch.randn((point.batch_size, *shape), generator=gen)
-            y = torch.randint(0, classes, (point.batch_size,), generator=gen)
-            self._pool.append((x.pin_memory(), y.pin_memory()) if pin else (x, y))
+        self._x = torch.from_numpy(shard.train.x)
+        self._y = torch.from_numpy(shard.train.y)
+        if pin:
+            self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
+
+    def steps_per_epoch(self) -> int:
+        return self.batches.steps_per_epoch
 
     def step(self, rec: Recorder) -> Any:
-        x, y = self._pool[self._next % SYNTHETIC_POOL]
-        self._next += 1
+        index = self.batches.next_index()
+        if isinstance(index, slice):
+            x, y = self._x[index], self._y[index]
+        else:
+            import torch
+
+            at = torch.from_numpy(index)
+            x, y = self._x.index_select(0, at), self._y.index_select(0, at)
+            if self.device.type == "cuda":
+                x, y = x.pin_memory(), y.pin_memory()
         rec.mark(Phase.DATA)
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         rec.mark(Phase.H2D)
-        loss = self.loss_fn(self.model(x), y)
+        out = self.model(x)
+        loss = self.loss_fn(out, y) if self.task == "classify" else self.loss_fn(out, x.flatten(1))
         rec.mark(Phase.FORWARD)
-        hook = self._hook
-        hook.reset()
-        hook.comm, hook.iteration = rec.comm, rec.iteration
+        exchange = self._exchange
+        assert exchange is not None
+        exchange.begin_iteration(rec.comm, rec.iteration)
         loss.backward()
-        if hook.last_ready_ns:
-            rec.mark_at(Phase.BACKWARD, hook.last_ready_ns)
+        if exchange.last_ready_ns:
+            rec.mark_at(Phase.BACKWARD, exchange.last_ready_ns)
+            exchange.finish()
             rec.mark(Phase.COMM)
-            rec.add_comm(hook.total_ns)
+            rec.add_comm(exchange.total_ns)
         else:
             rec.mark(Phase.BACKWARD)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         rec.mark(Phase.UPDATE)
         return loss.detach()
+
+    def evaluate(self) -> Evaluation:
+        import torch
+
+        self.model.eval()
+        correct = total = 0
+        loss_sum = 0.0
+        with torch.no_grad():
+            for xb, yb in data.eval_batches(self.test, self.eval_batch):
+                x = torch.from_numpy(xb).to(self.device)
+                out = self.model(x)
+                if self.task == "classify":
+                    y = torch.from_numpy(yb).to(self.device)
+                    loss_sum += float(self.loss_fn(out, y)) * len(yb)
+                    correct += int((out.argmax(dim=1) == y).sum())
+                    total += len(yb)
+                else:
+                    loss_sum += float(self.loss_fn(out, x.flatten(1))) * len(yb)
+        self.model.train()
+        return Evaluation(correct, total, loss_sum / max(len(self.test), 1))
+
+    def parameter_checksum(self) -> float:
+        return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
 
     def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
         if self.device.type == "cuda":
@@ -232,13 +251,18 @@ class TorchFramework(Framework):
 
     def versions(self) -> dict[str, str]:
         import torch
-        import torch.distributed as dist
 
-        out = {
-            "torch": torch.__version__,
-            "torch_threads": str(torch.get_num_threads()),
-            "torch_backend": dist.get_backend(),
-        }
+        out = {"torch": torch.__version__, "torch_threads": str(torch.get_num_threads())}
+        kind = self._exchange.kind if self._exchange is not None else ""
+        out["torch_exchange"] = kind
+        if kind == "ddp":
+            import torch.distributed as dist
+
+            out["torch_backend"] = str(dist.get_backend())
+        elif kind == "horovod":
+            import horovod
+
+            out["horovod"] = horovod.__version__
         if self.device.type == "cuda":
             out["cuda"] = str(torch.version.cuda)
             out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))  # type: ignore[no-untyped-call]
@@ -254,10 +278,13 @@ class TorchFramework(Framework):
         # worker threads, alive. Left to interpreter shutdown, those threads may release
         # Python objects after finalisation has begun and abort the process; so drop them
         # and join the threads now.
-        for name in ("model", "optimizer", "loss_fn"):
+        for name in ("model", "optimizer", "loss_fn", "_x", "_y"):
             self.__dict__.pop(name, None)
-        self._pool.clear()
         gc.collect()
         if dist.is_initialized():
             dist.barrier()
             dist.destroy_process_group()
+        if self._exchange is not None and self._exchange.kind == "horovod":
+            import horovod.torch as hvd
+
+            hvd.shutdown()

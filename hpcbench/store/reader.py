@@ -11,7 +11,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from hpcbench.errors import SchemaError
+from hpcbench.errors import HpcbenchError, SchemaError
 from hpcbench.spec import Point
 from hpcbench.store import schema
 
@@ -27,6 +27,7 @@ class PointData:
     iterations: np.ndarray  # (n_ranks, iterations_written) ITERATION_DTYPE
     comm: np.ndarray  # (n_events,) COMM_DTYPE, all ranks (empty before schema 2)
     resources: np.ndarray  # (n_samples,) RESOURCE_DTYPE, all ranks (empty before schema 2)
+    eval: np.ndarray  # (n_evals,) EVAL_DTYPE, all ranks (empty before schema 3)
 
     @property
     def status(self) -> str:
@@ -63,22 +64,35 @@ def read_point(path: Path | str) -> PointData:
     except OSError as exc:
         raise SchemaError(f"{path}: not a readable HDF5 file ({exc})") from None
     with f:
-        attrs = _attrs(f)
-        version = attrs.get("schema_version")
-        if version is None or schema.POINT not in f:
-            raise SchemaError(f"{path}: not an hpcbench point file (no schema_version)")
-        if int(version) > schema.SCHEMA_VERSION:
-            raise SchemaError(
-                f"{path}: written with schema {version}, this hpcbench reads up to {schema.SCHEMA_VERSION}: "
-                "upgrade hpcbench to read it"
-            )
-        point_attrs = _attrs(f[schema.POINT])
-        point = Point.from_json(point_attrs["json"])
-        written = int(attrs.get("iterations_written", 0))
-        iterations = f[schema.ITERATIONS][:, :written]
-        ranks = f[schema.RANKS][()]
-        tables = {name: f[name][()] if name in f else np.zeros(0, dtype=dtype) for name, dtype in schema.TABLES.items()}
-        provenance = _attrs(f[schema.PROVENANCE])
+        try:
+            return _read(path, f)
+        except SchemaError:
+            raise
+        except (KeyError, OSError, ValueError, TypeError, HpcbenchError) as exc:  # missing or unreadable parts
+            raise SchemaError(f"{path}: damaged point file ({type(exc).__name__}: {exc})") from None
+
+
+def _read(path: Path, f: h5py.File) -> PointData:
+    attrs = _attrs(f)
+    version = attrs.get("schema_version")
+    if version is None or schema.POINT not in f:
+        raise SchemaError(f"{path}: not an hpcbench point file (no schema_version)")
+    if int(version) > schema.SCHEMA_VERSION:
+        raise SchemaError(
+            f"{path}: written with schema {version}, this hpcbench reads up to {schema.SCHEMA_VERSION}: "
+            "upgrade hpcbench to read it"
+        )
+    point_attrs = _attrs(f[schema.POINT])
+    point = Point.from_json(point_attrs["json"])
+    written = int(attrs.get("iterations_written", 0))
+    dset = f[schema.ITERATIONS]
+    missing = sorted(set(schema.ITERATION_DTYPE.names or ()) - set(dset.dtype.names or ()))
+    if missing:
+        raise SchemaError(f"{path}: damaged point file (iterations lack the fields {', '.join(missing)})")
+    iterations = dset[:, :written]
+    ranks = f[schema.RANKS][()]
+    tables = {name: f[name][()] if name in f else np.zeros(0, dtype=dtype) for name, dtype in schema.TABLES.items()}
+    provenance = _attrs(f[schema.PROVENANCE])
     for key, value in list(provenance.items()):
         if isinstance(value, str) and value[:1] in "{[":
             with contextlib.suppress(json.JSONDecodeError):
@@ -93,4 +107,5 @@ def read_point(path: Path | str) -> PointData:
         iterations,
         tables[schema.COMM],
         tables[schema.RESOURCES],
+        tables[schema.EVAL],
     )

@@ -12,6 +12,7 @@
     /iterations       (n_ranks, n_iterations) ITERATION_DTYPE, rank-major
     /comm             (n_events,) COMM_DTYPE: every gradient message of every rank (schema >= 2)
     /resources        (n_samples,) RESOURCE_DTYPE: CPU / memory / GPU / InfiniBand samples (schema >= 2)
+    /eval             (n_evals,) EVAL_DTYPE: held-out evaluations of every rank's shard (schema >= 3)
 
 Times: `t_start` / `t_end` are seconds since `epoch_ns` (wall clock, ns since the Unix
 epoch, taken by rank 0 at creation) on the common clock: each rank measures with its
@@ -38,7 +39,10 @@ import numpy as np
 #                       iterations.warmup is uint8 0/1 (was numpy bool, an HDF5 enum that
 #                       costs a type conversion on every write); the iterations dataset has
 #                       no fill value (rows are valid up to iterations_written).
-SCHEMA_VERSION = 2
+#   3 (hpcbench 0.3.0): eval table (test time and accuracy of each rank's held-out shard, after
+#                       every epoch or at the end of training); readers give an empty table
+#                       for older files.
+SCHEMA_VERSION = 3
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -96,13 +100,31 @@ RESOURCE_DTYPE = np.dtype(
     ]
 )
 
+# One row per evaluation of a rank on its shard of the held-out data (after every epoch, or
+# once after training). The point's accuracy at an evaluation is sum(correct) / sum(total)
+# over the ranks' rows with the same `epoch`; its test time is the slowest rank's.
+EVAL_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("epoch", "<i4"),  # epochs completed (1-based); 0 when the point counts iterations, not epochs
+        ("iteration", "<i4"),  # training iterations completed, warm-up included
+        ("train_time_s", "<f8"),  # this rank's training wall time so far (iterations only, not evaluations)
+        ("test_time_s", "<f8"),  # wall time of this evaluation
+        ("correct", "<i8"),
+        ("total", "<i8"),
+        ("loss", "<f4"),  # mean test loss
+        ("param_checksum", "<f8"),  # frameworks.base.checksum of the weights: equal on ranks that agree
+    ]
+)
+
 POINT = "point"
 PROVENANCE = "provenance"
 RANKS = "ranks"
 ITERATIONS = "iterations"
 COMM = "comm"
 RESOURCES = "resources"
-TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE}  # append-only, rows of every rank
+EVAL = "eval"
+TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE, EVAL: EVAL_DTYPE}  # append-only, rows of every rank
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"

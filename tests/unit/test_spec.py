@@ -516,3 +516,46 @@ def test_empty_section_written_as_null_is_accepted(section: str) -> None:
     s = load_sweep(f"name: t\n{section}:\n  # nothing here for now\n")
     assert len(s.points) == 1
     assert s.points[0] == Point()
+
+
+# --------------------------------------------------------------------------------------
+# Grouped axes
+
+
+def test_grouped_axis_sets_its_fields_together() -> None:
+    s = sweep(
+        "matrix:\n"
+        "  stack:\n"
+        "    - {framework: torch, backend: gloo}\n"
+        "    - {framework: tensorflow, backend: multiworker, env: modern}\n"
+        "  ranks_per_node: [1, 2]\n"
+    )
+    assert fields_of(s, "framework", "backend", "env", "ranks_per_node") == {
+        ("torch", "gloo", None, 1),
+        ("torch", "gloo", None, 2),
+        ("tensorflow", "multiworker", "modern", 1),
+        ("tensorflow", "multiworker", "modern", 2),
+    }
+    assert s.origin["backend"] == "matrix.stack[0].backend"
+    # the same point as one written without a group: ids depend on fields only
+    plain = sweep("fixed:\n  framework: torch\n  backend: gloo\n  ranks_per_node: 2\n")
+    assert plain.points[0].id in {p.id for p in s.points}
+
+
+@pytest.mark.parametrize(
+    ("body", "where", "what"),
+    [
+        ("matrix:\n  stack: [{framework: torch}]\nfixed:\n  framework: torch\n", "fixed.framework", "given twice"),
+        ("matrix:\n  backend: [gloo]\n  stack: [{backend: mpi}]\n", "matrix.stack[0].backend", "given twice"),
+        ("matrix:\n  stack: [{framework: torch}, {framework: torch}]\n", "matrix.stack[1]", "listed twice"),
+        ("matrix:\n  stack: [{}]\n", "matrix.stack[0]", "empty mapping"),
+        ("matrix:\n  stack: [{frame: torch}]\n", "matrix.stack[0].frame", "unknown field"),
+        ("matrix:\n  stack: [{ranks_per_node: 0}]\n", "matrix.stack[0].ranks_per_node", "too small"),
+        ("matrix:\n  stack: [1, 2]\n", "matrix.stack", "unknown field"),
+    ],
+)
+def test_grouped_axis_errors_name_the_entry(body: str, where: str, what: str) -> None:
+    with pytest.raises(SpecError) as info:
+        sweep(body)
+    assert info.value.path == where, str(info.value)
+    assert what in str(info.value)

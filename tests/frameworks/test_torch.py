@@ -1,0 +1,118 @@
+"""PyTorch through every backend on real ranks: DDP over gloo, MPI (mpi4py), Horovod."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hpcbench import envs, models
+from hpcbench.store.reader import PointData, read_point
+from tests.conftest import run_module, spec_text
+from tests.unit.test_data import make_mnist
+
+pytestmark = pytest.mark.mpi
+
+
+def run_sweep(write_spec: Callable[..., Path], tmp_path: Path, text: str) -> list[PointData]:
+    out = tmp_path / "sweep"
+    res = run_module("hpcbench.sweep", str(write_spec(text)), "--out", str(out), timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return [read_point(p) for p in sorted(out.glob("*.h5"))]
+
+
+def check_exchange(data: PointData) -> None:
+    """Every rank sent the model's gradients once per iteration and ended with the same weights."""
+    spec = models.model(data.point.model)
+    grad_bytes = 4 * models.count_parameters(spec)
+    comm = data.comm
+    for rank in range(data.point.ranks):
+        for i in range(data.iterations.shape[1]):
+            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
+            assert int(mine["bytes"].sum()) == grad_bytes, (data.point.backend, rank, i)
+            assert (mine["t_end"] >= mine["t_start"]).all()
+    assert set(comm["op"].tolist()) == {b"allreduce"}
+    it = data.iterations
+    for phase in ("data", "forward", "backward", "update"):
+        assert (it[phase] > 0).all(), phase
+    assert (it["comm_total"] > 0).all()
+    ev = data.eval
+    assert sorted(ev["rank"].tolist()) == list(range(data.point.ranks))
+    assert len(set(ev["param_checksum"].tolist())) == 1, "weights identical on every rank"
+    assert (ev["total"] > 0).all() and (ev["test_time_s"] > 0).all()
+
+
+def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = spec_text("torch", {"backend": ["gloo", "mpi"]}, ranks_per_node=2, model="cifar10_quick")
+    points = run_sweep(write_spec, tmp_path, text)
+    assert sorted(p.point.backend for p in points) == ["gloo", "mpi"]
+    for data in points:
+        check_exchange(data)
+    # The same model, data and averaging: both backends end with the same weights.
+    gloo, mpi = (p.eval["param_checksum"][0] for p in sorted(points, key=lambda p: p.point.backend))
+    assert gloo == pytest.approx(mpi, rel=1e-5)
+    # DDP sends buckets; the MPI exchange one message per parameter tensor.
+    by_backend = {p.point.backend: p.comm for p in points}
+    assert len(set(by_backend["mpi"]["name"].tolist())) == 10  # 5 layers x (weight, bias)
+
+
+def test_a_separable_task_trains_past_90_percent(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    text = spec_text("acc", {"ranks_per_node": [2]}, model="mlp", iterations=40, warmup=0, lr=0.05, batch_size=32)
+    (data,) = run_sweep(write_spec, tmp_path, text)
+    ev = data.eval
+    accuracy = ev["correct"].sum() / ev["total"].sum()
+    assert accuracy > 0.9, accuracy
+    assert data.iterations["loss"][:, -1].mean() < data.iterations["loss"][:, 0].mean()
+
+
+def test_mnist_files_train_for_whole_epochs_with_a_test_after_each(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    make_mnist(tmp_path / "mnist", n_train=96, n_test=32)
+    text = spec_text(
+        "mnist", {"ranks_per_node": [2]}, dataset="mnist", data_dir=str(tmp_path / "mnist"), epochs=2, batch_size=8
+    )
+    (data,) = run_sweep(write_spec, tmp_path, text)
+    steps = 96 // 2 // 8  # each rank's shard, in batches
+    assert data.iterations.shape == (2, 1 + 2 * steps)  # one warm-up iteration, then two epochs
+    ev = np.sort(data.eval, order=["epoch", "rank"])
+    assert ev["epoch"].tolist() == [1, 1, 2, 2]
+    assert ev["iteration"].tolist() == [1 + steps] * 2 + [1 + 2 * steps] * 2
+    assert ev["total"].tolist() == [16] * 4  # every rank tests its half of the 32 held-out images
+    assert (ev["train_time_s"][2:] > ev["train_time_s"][:2]).all()
+
+
+def test_models_that_do_not_fit_the_data_are_refused_before_anything_runs(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    text = spec_text("bad", model="alexnet", dataset="mnist", data_dir=str(tmp_path))
+    res = run_module("hpcbench.sweep", str(write_spec(text)), "--out", str(tmp_path / "out"))
+    assert res.returncode == 2
+    assert "model alexnet on input (1, 28, 28)" in res.stderr and "too small" in res.stderr
+    assert not (tmp_path / "out").exists()
+    res = run_module("hpcbench.sweep", str(write_spec(spec_text("bad", dataset="cifar10"))), "--dry-run")
+    assert res.returncode == 2 and "data_dir" in res.stderr
+
+
+def modern_env() -> None:
+    try:
+        envs.python("modern")
+    except Exception as exc:
+        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
+            raise
+        pytest.skip(f"needs the modern environment: {exc}")
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+def test_horovod_exchanges_every_gradient_on_every_rank(
+    write_spec: Callable[..., Path], tmp_path: Path, launcher: str
+) -> None:
+    modern_env()
+    text = spec_text("hvd", {"launcher": [launcher]}, ranks_per_node=2, backend="horovod", env="modern")
+    (data,) = run_sweep(write_spec, tmp_path, text)
+    check_exchange(data)
+    assert data.provenance["horovod"] == "0.28.1"
+    assert data.provenance["torch_exchange"] == "horovod"
