@@ -9,8 +9,11 @@ pinned `envs/NAME.txt` into `ENVS_DIR/NAME` (default: `.envs/` at the repository
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from hpcbench.errors import HpcbenchError
@@ -33,3 +36,30 @@ def python(name: str | None) -> Path:
     if not exe.exists():
         raise HpcbenchError(f"environment {name!r} is not built ({exe} missing): bash envs/build.sh {name}")
     return exe
+
+
+_FIND = """
+import importlib.util, json, sys
+missing = []
+for name in sys.argv[1:]:
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        missing.append(name)
+print(json.dumps(missing))
+"""
+
+
+def missing_modules(name: str | None, modules: Sequence[str]) -> list[str]:
+    """Which of `modules` environment `name` cannot find (without importing them: the
+    frameworks take seconds to import). Raises if the environment is not built."""
+    exe = python(name)
+    if not modules:
+        return []
+    proc = subprocess.run([str(exe), "-c", _FIND, *modules], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0:
+        raise HpcbenchError(f"environment {name or 'current'!r} ({exe}) does not start: {proc.stderr.strip()[-300:]}")
+    missing: list[str] = json.loads(proc.stdout)
+    return missing

@@ -4,6 +4,7 @@
     python -m hpcbench.sweep status DIR [--wait]                      every point's state
     python -m hpcbench.sweep resume DIR [-v]                          rerun what has no complete result
     python -m hpcbench.sweep cancel DIR                               stop what is queued or running
+    python -m hpcbench.sweep check                                    what works in each environment
 
 An invalid spec prints one line on stderr and exits 2 before anything is created.
 """
@@ -11,6 +12,7 @@ An invalid spec prints one line on stderr and exits 2 before anything is created
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import shutil
@@ -22,12 +24,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from hpcbench import envs, plan, textable
 from hpcbench import manifest as mf
-from hpcbench import plan, textable
 from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.executors import EXECUTORS, Executor
-from hpcbench.executors.local import result_status
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.lock import sweep_lock
@@ -36,6 +37,7 @@ from hpcbench.profiles import SiteProfile
 from hpcbench.runfile import RunFile
 from hpcbench.spec import Sweep
 from hpcbench.store import schema
+from hpcbench.store.status import result_status
 
 PROG = "hpcbench.sweep"
 SPEC_FILE = "spec.yaml"
@@ -65,14 +67,25 @@ def print_plan(sweep: Sweep, launches: Sequence[plan.Launch], out_dir: Path, dry
 
 
 def _check_runnable(sweep: Sweep, local: bool) -> None:
-    """Everything the points need must be here before anything is created."""
-    for name in sorted({p.framework for p in sweep.points}):
-        FRAMEWORKS.load(name)
-    for name in sorted({p.launcher for p in sweep.points}):
-        LAUNCHERS.load(name)
-        program = LAUNCHERS.get(name).program
-        if local and program and shutil.which(program) is None:
-            raise HpcbenchError(f"launcher {name!r} needs {program!r}, which is not on PATH")
+    """Everything the points need must be there before anything is created: the modules of
+    each framework, backend and launcher in the interpreter the point's ranks run in (the
+    sweep's own, or the point's `env`), and the launcher's program."""
+    needs: dict[str | None, set[str]] = {}
+    for p in sweep.points:
+        framework = FRAMEWORKS.get(p.framework)
+        launcher = LAUNCHERS.get(p.launcher)
+        modules = {*framework.requires, *framework.backend_requires.get(p.backend, ()), *launcher.requires}
+        needs.setdefault(p.env, set()).update(modules)
+        if local and launcher.program:
+            bin_dir = str(envs.python(p.env).parent)  # the env's own scripts (horovodrun) first
+            if shutil.which(launcher.program, path=os.pathsep.join([bin_dir, os.environ.get("PATH", "")])) is None:
+                raise HpcbenchError(f"launcher {p.launcher!r} needs {launcher.program!r}, which is not on PATH")
+    for env, modules in sorted(needs.items(), key=lambda kv: kv[0] or ""):
+        missing = envs.missing_modules(env, sorted(modules))
+        if missing:
+            where = f"environment {env!r}" if env else "this interpreter"
+            hint = f" (bash envs/build.sh {env})" if env else " (or give the points an env:)"
+            raise HpcbenchError(f"{', '.join(missing)} cannot be imported in {where}{hint}")
 
 
 def _executor(manifest: Manifest, sweep: Sweep, profile: SiteProfile, out: TextIO, verbose: bool) -> Executor:
@@ -198,6 +211,12 @@ def cmd_cancel(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    from hpcbench import capabilities  # probes each environment in a subprocess
+
+    return capabilities.check(out)
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Plan, run and follow benchmark sweeps.")
     p.add_argument("-v", "--verbose", action="store_true", help="print every command run; tracebacks on errors")
@@ -220,10 +239,12 @@ def parser() -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("dir")
         cmd.add_argument("-v", "--verbose", **verbose)  # type: ignore[arg-type]
+    check = sub.add_parser("check", help="what works in this interpreter and each environment (envs/build.sh)")
+    check.add_argument("-v", "--verbose", **verbose)  # type: ignore[arg-type]
     return p
 
 
-COMMANDS = {"run": cmd_run, "status": cmd_status, "resume": cmd_resume, "cancel": cmd_cancel}
+COMMANDS = {"run": cmd_run, "status": cmd_status, "resume": cmd_resume, "cancel": cmd_cancel, "check": cmd_check}
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -33,6 +33,9 @@ from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.store.status import result_status
 
+# what submitit raises in the job when the time limit's warning signal arrives
+SUBMITIT_TIMEOUT = "UncompletedJobError: Job not requeued because: timed-out"
+
 # sacct states that end a job without a result of ours
 FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -284,6 +287,10 @@ def refresh(manifest: mf.Manifest) -> None:
                 reason = f"job completed but result is {status or 'missing'}; see {e.log}"
         elif state in FAILED_STATES:
             hint = failure_hint(Path(e.log))
+            if state == "FAILED" and SUBMITIT_TIMEOUT in hint:
+                # submitit's handler of the time-limit warning signal raised in the worker
+                # before Slurm could end the job itself: the cause is the time limit.
+                state = "TIMEOUT"
             new, reason = mf.FAILED, f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
             reason = f"{requeued}, then {reason}" if requeued else reason
         else:  # not in sacct yet

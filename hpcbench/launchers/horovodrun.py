@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
 from hpcbench.spec import Point
@@ -20,4 +22,7 @@ class Horovodrun(Launcher):
             hosts = ",".join(f"{h}:{point.ranks_per_node}" for h in ctx.hosts)
         else:
             raise LaunchError("horovodrun across nodes needs the job's host names")
-        return ["horovodrun", "-np", str(point.ranks), "-H", hosts, *ctx.worker_argv()]
+        # The horovodrun of the interpreter the ranks run in (a point's env), if it has one.
+        own = Path(ctx.python).parent / "horovodrun"
+        program = str(own) if own.exists() else "horovodrun"
+        return [program, "-np", str(point.ranks), "-H", hosts, *ctx.worker_argv()]

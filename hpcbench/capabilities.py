@@ -1,0 +1,349 @@
+"""What works in this interpreter: `python -m hpcbench.capabilities [--json]`.
+
+Probes every framework x backend of the registry (`Framework.unavailable`), every launcher
+(its program on PATH, its modules), which launcher can start which framework x backend
+(`check_point` of both), parallel HDF5, NVML and the BLAS libraries threadpoolctl sees.
+Each entry is "works" (error None, with a short detail) or the reason it does not.
+
+`python -m hpcbench.sweep check` runs this module once in each environment's interpreter, so
+no framework is ever imported into the sweep process; `--json` prints one JSON object
+(`REPORT_VERSION`) on stdout, whatever the frameworks print while they import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from functools import partial
+from importlib import metadata
+from pathlib import Path
+from typing import TextIO, TypedDict
+
+from hpcbench import textable
+from hpcbench.errors import HpcbenchError, one_line
+
+REPORT_VERSION = 1
+MAX_REASON = 300  # characters of a reason kept (import errors can be long)
+# Distributions whose versions are reported (read from metadata: nothing is imported).
+DISTRIBUTIONS = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "mxnet", "horovod", "h5py", "mpi4py")
+# Libraries whose import is reported, when installed (for horovod.X: horovod and X installed).
+LIBRARIES = ("numpy", "torch", "tensorflow", "mxnet", "horovod.torch", "horovod.tensorflow", "horovod.mxnet", "mpi4py")
+
+
+class Item(TypedDict):
+    error: str | None  # None: works
+    detail: str  # what works (versions, libraries); empty when it does not
+
+
+class Cell(TypedDict):
+    framework: str
+    backend: str
+    launcher: str
+    error: str | None
+
+
+class Report(TypedDict):
+    version: int
+    python: str
+    python_version: str
+    distributions: dict[str, str]
+    broken_modules: dict[str, str]
+    frameworks: dict[str, dict[str, str | None]]  # framework -> backend -> error
+    launchers: dict[str, str | None]  # launcher -> error
+    cells: list[Cell]
+    libraries: dict[str, Item]  # module -> import result (version, or Horovod's controllers)
+    hdf5: Item
+    nvml: Item
+    blas: Item
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc)
+    return _short(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _short(text: str) -> str:
+    text = one_line(text)
+    return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
+
+
+def _guarded(probe: Callable[[], Item]) -> Item:
+    try:
+        return probe()
+    except Exception as exc:  # noqa: BLE001 - any failure is the answer: the reason it does not work
+        return {"error": _reason(exc), "detail": ""}
+
+
+def distributions() -> dict[str, str]:
+    found = {}
+    for name in DISTRIBUTIONS:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def _installed(module: str) -> bool:
+    return all(importlib.util.find_spec(part) is not None for part in module.split("."))
+
+
+def library(module: str) -> Item:
+    imported = importlib.import_module(module)
+    top = sys.modules[module.split(".")[0]]
+    detail = str(getattr(top, "__version__", "?"))
+    if module.startswith("horovod."):
+        controllers = [c for c in ("mpi", "gloo") if getattr(imported, f"{c}_built")()]
+        detail += f" (built with {', '.join(controllers) or 'no controller'})"
+    return {"error": None, "detail": detail}
+
+
+def hdf5() -> Item:
+    import h5py
+
+    config = h5py.get_config()
+    detail = f"h5py {h5py.__version__}, HDF5 {'.'.join(map(str, h5py.version.hdf5_version_tuple))}"
+    if not config.mpi:
+        return {"error": f"{detail} built without MPI (envs/lib.sh builds it with parallel HDF5)", "detail": ""}
+    return {"error": None, "detail": detail + ", MPI ('mpio' driver)"}
+
+
+def nvml() -> Item:
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        driver = pynvml.nvmlSystemGetDriverVersion()
+    finally:
+        pynvml.nvmlShutdown()
+    texts = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    return {"error": None, "detail": f"{count} GPU(s) {', '.join(texts)}; driver {driver}"}
+
+
+def blas() -> Item:
+    from threadpoolctl import threadpool_info
+
+    libraries = [
+        f"{info.get('internal_api')} {info.get('version') or ''} ({info.get('num_threads')} threads, "
+        f"{Path(str(info.get('filepath'))).name})".replace("  ", " ")
+        for info in threadpool_info()
+        if info.get("user_api") == "blas"
+    ]
+    if not libraries:
+        return {"error": "threadpoolctl sees no BLAS library loaded", "detail": ""}
+    return {"error": None, "detail": "; ".join(libraries)}
+
+
+def _launcher_error(program: str | None, requires: tuple[str, ...]) -> str | None:
+    from hpcbench.registry import import_error
+
+    if program and shutil.which(program) is None:
+        here = Path(sys.executable).parent / program
+        if here.exists():
+            return f"{program!r} is not on PATH (this environment has {here}: put its bin/ on PATH)"
+        return f"{program!r} is not on PATH"
+    error = import_error(requires)
+    return None if error is None else _short(error)
+
+
+@contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Send file descriptor 1 to stderr while frameworks import (some print to stdout)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def probe() -> Report:
+    """Probe this interpreter (imports every framework it has)."""
+    from hpcbench.frameworks import FRAMEWORKS
+    from hpcbench.launchers import LAUNCHERS
+    from hpcbench.spec import Point
+
+    nvml_item = _guarded(nvml)
+    device = "cuda" if nvml_item["error"] is None and not nvml_item["detail"].startswith("0 ") else "cpu"
+    frameworks: dict[str, dict[str, str | None]] = {}
+    for fw in FRAMEWORKS:
+        frameworks[fw.name] = {}
+        for backend in fw.backends:
+            try:
+                error = fw.unavailable(backend)
+            except Exception as exc:  # noqa: BLE001 - a probe that fails is the reason
+                error = _reason(exc)
+            frameworks[fw.name][backend] = None if error is None else _short(error)
+    launchers = {la.name: _launcher_error(la.program, la.requires) for la in LAUNCHERS}
+    cells: list[Cell] = []
+    for fw in FRAMEWORKS:
+        model = next(iter(getattr(fw, "models", ())), "lenet")
+        for backend in fw.backends:
+            for la in LAUNCHERS:
+                point = Point(framework=fw.name, backend=backend, launcher=la.name, model=model, device=device)
+                problems = [p for p in (*fw.check_point(point), *la.check_point(point)) if p[0] != "model"]
+                # The first reason: the framework does not import, the combination is not
+                # supported, or the launcher is missing.
+                error = frameworks[fw.name][backend]
+                if error is None and problems:
+                    error = "; ".join(message for _, message, _ in problems)
+                error = error or launchers[la.name]
+                cells.append({"framework": fw.name, "backend": backend, "launcher": la.name, "error": error})
+    broken = {f"frameworks.{k}": v for k, v in FRAMEWORKS.broken.items()}
+    broken.update({f"launchers.{k}": v for k, v in LAUNCHERS.broken.items()})
+    return {
+        "version": REPORT_VERSION,
+        "python": sys.executable,
+        "python_version": platform.python_version(),
+        "distributions": distributions(),
+        "broken_modules": {k: _short(v) for k, v in broken.items()},
+        "frameworks": frameworks,
+        "launchers": launchers,
+        "cells": cells,
+        "libraries": {m: _guarded(partial(library, m)) for m in LIBRARIES if _installed(m)},
+        "hdf5": _guarded(hdf5),
+        "nvml": nvml_item,
+        "blas": _guarded(blas),  # last: sees the BLAS libraries the frameworks loaded
+    }
+
+
+def _status(error: str | None, notes: list[str]) -> str:
+    """'works', or 'no [n]' with the reason appended to `notes` (each reason once)."""
+    if error is None:
+        return "works"
+    if error not in notes:
+        notes.append(error)
+    return f"no [{notes.index(error) + 1}]"
+
+
+def _works(error: str | None, detail: str = "") -> str:
+    if error is not None:
+        return f"no: {error}"
+    return f"works: {detail}" if detail else "works"
+
+
+def render(report: Report, indent: str = "  ") -> str:
+    """The report as text: a framework x backend x launcher table, then the other items."""
+    notes: list[str] = []
+    launchers = sorted(report["launchers"])
+    cells = {(c["framework"], c["backend"], c["launcher"]): c["error"] for c in report["cells"]}
+    rows = [("framework", "backend", "imports", *launchers)]
+    for fw, backends in sorted(report["frameworks"].items()):
+        for backend, error in backends.items():
+            row = [fw, backend, _status(error, notes)]
+            row += [_status(cells.get((fw, backend, la), "not probed"), notes) for la in launchers]
+            rows.append(tuple(row))
+    extra = [(f"import {m}", _works(item["error"], item["detail"])) for m, item in report["libraries"].items()]
+    extra += [(f"launcher {la}", _works(report["launchers"][la])) for la in launchers]
+    extra += [(f"module {name}", f"no: does not import: {error}") for name, error in report["broken_modules"].items()]
+    for name, item in (("parallel HDF5", report["hdf5"]), ("NVML", report["nvml"]), ("BLAS", report["blas"])):
+        extra.append((name, _works(item["error"], item["detail"])))
+    lines = [textable.render(rows, indent=indent)]
+    lines += [f"{indent}{name:<{max(len(n) for n, _ in extra)}}  {text}" for name, text in extra]
+    lines += [f"{indent}[{i}] {note}" for i, note in enumerate(notes, 1)]
+    return "\n".join(lines)
+
+
+def heading(label: str, report: Report) -> str:
+    return f"{label}: {report['python']} (Python {report['python_version']})"
+
+
+def run_probe(python: Path, timeout: float = 600, extra_path: Path | None = None) -> Report | str:
+    """The report of interpreter `python` (run in a subprocess), or why there is none."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    if extra_path is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(extra_path), env.get("PYTHONPATH")) if p)
+    try:
+        proc = subprocess.run(
+            [str(python), "-m", __name__, "--json"],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env,
+            cwd="/",  # hpcbench must come from the environment itself, not from the current folder
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"probe failed: {_reason(exc)}"
+    last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode != 0:
+        return f"probe failed (exit {proc.returncode}): {_short(last)}"
+    try:
+        report: Report = json.loads(proc.stdout)
+    except ValueError:
+        return f"probe printed no report: {_short(proc.stdout.strip()[-200:] or last)}"
+    if report.get("version") != REPORT_VERSION:
+        return f"probe report version {report.get('version')!r}, expected {REPORT_VERSION}"
+    return report
+
+
+def survey() -> list[tuple[str, Report | str]]:
+    """(label, report or reason) for this interpreter and every named environment."""
+    from hpcbench import envs
+
+    targets: list[tuple[str, Path | None, Path | None]] = [("this interpreter", Path(sys.executable), envs.ROOT)]
+    for name in envs.NAMES:
+        try:
+            targets.append((f"env {name}", envs.python(name), None))
+        except HpcbenchError:
+            targets.append((f"env {name}", None, None))
+    with ThreadPoolExecutor(max_workers=len(targets)) as pool:
+        futures = {label: pool.submit(run_probe, python, 600, path) for label, python, path in targets if python}
+    results: list[tuple[str, Report | str]] = []
+    for label, python, _ in targets:
+        name = label.removeprefix("env ")
+        if python is None:
+            results.append((label, f"not built: bash envs/build.sh {name} (looked in {envs.envs_dir() / name})"))
+            continue
+        result = futures[label].result()
+        if isinstance(result, str) and name in envs.NAMES:
+            result += f" (rebuild: bash envs/build.sh {name})"
+        results.append((label, result))
+    return results
+
+
+def check(out: TextIO) -> int:
+    """`python -m hpcbench.sweep check`: the capability table of every environment."""
+    for i, (label, result) in enumerate(survey()):
+        if i:
+            print(file=out)
+        if isinstance(result, str):
+            print(f"{label}: {result}", file=out)
+        else:
+            print(heading(label, result), file=out)
+            print(render(result), file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpcbench.capabilities", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with _stdout_to_stderr():
+        report = probe()
+    if args.json:
+        print(json.dumps(report))  # registry order kept
+    else:
+        print(heading("this interpreter", report))
+        print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
