@@ -1,0 +1,250 @@
+"""MXNet 1.9 through every backend on real ranks: the parameter server (kvstore dist_sync,
+dist_async, with real scheduler and server processes) and Horovod, in the `legacy` environment.
+
+Sweeps run through the real sweep CLI under the legacy interpreter (the sweep checks that a
+point's framework imports in the interpreter running it; MXNet exists only in `legacy`), and
+their point files are read back here.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from hpcbench import envs, models
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks import FRAMEWORKS
+from hpcbench.spec import Point
+from hpcbench.store.reader import PointData, read_point
+from tests.conftest import ROOT, spec_text
+
+pytestmark = pytest.mark.mpi
+
+ITERATIONS, WARMUP = 30, 2
+
+
+def legacy(*modules: str) -> Path:
+    """The legacy interpreter, if it is built and imports `modules`; else skip (fail in CI)."""
+    try:
+        exe = envs.python("legacy")
+        probe = subprocess.run(
+            [str(exe), "-c", "; ".join(f"import {m}" for m in ("mxnet", *modules))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if probe.returncode != 0:
+            raise HpcbenchError(f"the legacy environment cannot import {modules}: {probe.stderr.strip()[-300:]}")
+    except HpcbenchError as exc:
+        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
+            pytest.fail(f"{exc} (HPCBENCH_REQUIRE_ENVS is set)")
+        pytest.skip(f"needs the legacy environment (bash envs/build.sh legacy): {exc}")
+    return exe
+
+
+def run_in(exe: Path, code: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(exe), "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ)
+    )
+
+
+def run_sweep(exe: Path, write_spec: Callable[..., Path], out: Path, text: str) -> list[PointData]:
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"  # as if activated: its horovodrun
+    res = subprocess.run(
+        [str(exe), "-m", "hpcbench.sweep", str(write_spec(text)), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=env,
+    )
+    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
+    return [read_point(p) for p in sorted(out.glob("*.h5"))]
+
+
+def leftover_roles() -> list[int]:
+    """Scheduler / server processes still running (the ranks must have ended theirs)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmdline, environ = proc.info["cmdline"] or [], proc.info["environ"] or {}
+        except psutil.Error:
+            continue
+        if any("import mxnet" in c for c in cmdline) and environ.get("DMLC_ROLE") in ("server", "scheduler"):
+            found.append(proc.pid)
+    return found
+
+
+def check_cell(data: PointData) -> None:
+    """All phases on every rank; per rank and iteration, the messages carry exactly the
+    model's gradient bytes (per op); the task was learnt."""
+    point = data.point
+    assert data.complete
+    it = data.iterations
+    assert it.shape == (point.ranks, ITERATIONS + WARMUP)
+    for phase in ("data", "h2d", "forward", "backward", "comm"):
+        assert (it[phase] > 0).all(), (point.backend, phase)
+    if point.backend == "horovod":
+        assert (it["update"] > 0).all()  # local optimizer step
+    else:
+        assert (it["update"] == 0).all()  # the servers update (inside comm)
+    assert (it["comm_total"] > 0).all()
+    phases = sum(it[p] for p in ("data", "h2d", "forward", "backward", "comm", "update"))
+    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all()
+    assert np.isfinite(it["loss"]).all()
+
+    grad_bytes = 4 * models.count_parameters(models.model(point.model))
+    comm = data.comm
+    ops = {"horovod": {b"allreduce"}}.get(point.backend, {b"push", b"pull"})
+    assert set(comm["op"].tolist()) == ops
+    n_params = len(set(comm["name"].tolist()))
+    assert n_params == 6  # mlp: 3 dense layers x (weight, bias), one message each per op
+    for rank in range(point.ranks):
+        for i in range(it.shape[1]):
+            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
+            for op in ops:
+                assert int(mine["bytes"][mine["op"] == op].sum()) == grad_bytes, (point.backend, rank, i, op)
+            assert (mine["t_end"] >= mine["t_start"]).all()
+            # A message starts once backward has begun (a gradient is ready) and ends by the
+            # end of the comm phase.
+            row = it[rank, i]
+            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
+            comm_ends = backward_begins + row["backward"] + row["comm"]
+            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (point.backend, rank, i)
+            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (point.backend, rank, i)
+    ev = data.eval
+    assert sorted(ev["rank"].tolist()) == list(range(point.ranks))
+    accuracy = ev["correct"].sum() / ev["total"].sum()
+    assert accuracy > 0.9, (point.backend, accuracy)
+    assert (it["loss"][:, -1] < it["loss"][:, 0]).all()
+    assert data.provenance["mxnet"] == "1.9.1"
+
+
+def spec(backend: str, **fixed: object) -> str:
+    fields: dict[str, object] = dict(
+        framework="mxnet", env="legacy", ranks_per_node=2, model="mlp", batch_size=32, iterations=ITERATIONS,
+        warmup=WARMUP, optimizer="momentum", lr=0.01, threads=1,
+    )  # fmt: skip
+    fields.update(fixed)
+    return spec_text(f"mx-{backend}", {"backend": [backend]}, **fields)
+
+
+def test_dist_sync_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    exe = legacy()
+    # Two servers: ps-lite spreads the keys over both; the scheduler and servers are extra
+    # processes the ranks start and stop.
+    (data,) = run_sweep(exe, write_spec, tmp_path / "out", spec("dist_sync", extra={"servers": 2}))
+    check_cell(data)
+    assert len(set(data.eval["param_checksum"].tolist())) == 1, "weights identical on every rank"
+    prov = data.provenance
+    assert prov["mxnet_kvstore"] == "dist_sync" and prov["mxnet_kvstore_servers"] == "2"
+    assert sorted(prov["mxnet_kvstore_ranks"].split(",")) == ["0", "1"]
+    # Per parameter, the pull follows its push.
+    comm = data.comm
+    push, pull = comm[comm["op"] == b"push"], comm[comm["op"] == b"pull"]
+    assert (pull["t_start"] >= push["t_end"] - 1e-6).all()
+    assert leftover_roles() == []
+
+
+def test_dist_async_servers_take_every_update(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """dist_async: ranks train on different weights, so equal parameters during training is
+    not the check. Instead the servers count the updates they apply; before the evaluation
+    every worker meets a kvstore barrier and pulls the servers' weights: those took exactly
+    workers x iterations updates (every push of every rank) and are then equal on all ranks."""
+    exe = legacy()
+    out = tmp_path / "out"
+    (data,) = run_sweep(exe, write_spec, out, spec("dist_async"))
+    check_cell(data)
+    assert data.provenance["mxnet_kvstore"] == "dist_async"
+    log = (out / "logs" / f"{data.point_id}.log").read_text()
+    total = 2 * (ITERATIONS + WARMUP)
+    for rank in (0, 1):
+        assert f"rank {rank}: dist_async servers applied {total} updates (expected 2 workers x" in log, log
+    assert "staleness per iteration" in log
+    assert leftover_roles() == []
+    assert len(set(data.eval["param_checksum"].tolist())) == 1, "both ranks evaluate the servers' weights"
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+def test_horovod_allreduces_every_gradient_and_ranks_agree(
+    write_spec: Callable[..., Path], tmp_path: Path, launcher: str
+) -> None:
+    exe = legacy("horovod.mxnet")
+    (data,) = run_sweep(exe, write_spec, tmp_path / "out", spec("horovod", launcher=launcher))
+    check_cell(data)
+    assert len(set(data.eval["param_checksum"].tolist())) == 1, "weights identical on every rank"
+    assert data.provenance["horovod"] == "0.28.1"
+
+
+def test_gluon_models_have_the_parameters_of_the_model_trees() -> None:
+    exe = legacy()
+    code = """
+import mxnet as mx
+from hpcbench import models as zoo
+from hpcbench.frameworks import _mx_models
+for name in zoo.NAMES:
+    m = zoo.model(name)
+    net = _mx_models.build(m)
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)
+    out = net(mx.nd.zeros((1, *m.input)))
+    print(name, _mx_models.count_trainable(net), zoo.count_parameters(m), tuple(out.shape[1:]) == zoo.shapes(m))
+"""
+    res = run_in(exe, code)
+    assert res.returncode == 0, res.stderr
+    rows = [line.split() for line in res.stdout.splitlines()]
+    assert [r[0] for r in rows] == list(models.NAMES)
+    for name, built, expected, shape_ok in rows:
+        assert int(built) == int(expected), name
+        assert shape_ok == "True", name
+
+
+def test_a_kvstore_that_would_train_locally_is_refused() -> None:
+    exe = legacy()
+    code = """
+import mxnet as mx
+from hpcbench.frameworks.mxnet import KVStoreError, create_kvstore
+# What is guarded against: MXNet 1.9 hands out a store for 'horovod' (or any unknown name)
+# without an error, and it is local: one worker, nothing exchanged.
+kv = mx.kv.create("horovod")
+assert (kv.num_workers, kv.rank) == (1, 0), (kv.type, kv.num_workers)
+for kind in ("horovod", "local", "device"):
+    try:
+        create_kvstore(kind, 2)
+    except KVStoreError as exc:
+        print(kind, "refused:", exc)
+    else:
+        raise SystemExit(f"{kind} was not refused")
+"""
+    res = run_in(exe, code)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "horovod refused: kvstore 'horovod' is refused: MXNet 1.9 returns a local store" in res.stdout
+    assert "use backend 'horovod' (horovod.mxnet)" in res.stdout
+
+
+def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
+    # The adapter module imports without MXNet: its checks run wherever a sweep is planned.
+    cls = FRAMEWORKS.get("mxnet")
+    assert set(cls.backends) == {"dist_sync", "dist_async", "horovod"}
+    assert set(cls.models) == set(models.NAMES)
+
+    def problems(**fields: object) -> list[str]:
+        point = Point(**{"framework": "mxnet", "backend": "dist_sync", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
+        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
+
+    assert problems() == []
+    assert problems(extra=(("servers", 2),)) == []
+    assert any("servers" in p for p in problems(extra=(("servers", 3),)))
+    assert any("'kvstore' is not" in p for p in problems(extra=(("kvstore", "horovod"),)))
+    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
+    assert any(p.startswith("launcher") for p in problems(launcher="horovodrun"))
+    assert problems(backend="horovod", launcher="horovodrun") == []
+    assert any(p.startswith("backend") for p in problems(backend="kvstore"))
