@@ -2,8 +2,10 @@
 
     python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
     python -m hpcbench.analyze trace POINT.h5 -o TRACE.json  Chrome-trace / Perfetto JSON of one point
+    python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...]
+                                                             report.html, report.md and CSV tables
 
-Needs numpy, pandas and h5py only: it runs anywhere the point files can be copied to.
+Needs numpy, pandas, h5py and matplotlib only: it runs anywhere the point files can be copied to.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 
 from hpcbench import textable
 from hpcbench.analysis import metrics, tables, trace_export
+from hpcbench.analysis.model import LinkCost
 from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.store.reader import read_point
@@ -79,6 +82,32 @@ def cmd_trace(path: Path, output: Path, out: TextIO) -> int:
     return 0
 
 
+def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
+    from hpcbench.analysis import report  # matplotlib only for this command
+    from hpcbench.analysis.commfile import link_from_commbench
+
+    link: LinkCost | None = link_from_commbench(commbench) if commbench else None
+    analysis = tables.analyse(directory, target_accuracy=target, link=link)
+    for warning in analysis.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    paths = report.write_report(analysis)
+    for note in analysis.notes:
+        print(f"note: {note}", file=out)
+    print(f"wrote {paths[0]} ({len(analysis.stats)} points), {paths[1].name} and "
+          f"{', '.join(p.name for p in paths[2:])}", file=out)  # fmt: skip
+    return 0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in (0, 1], e.g. 0.98")
+    return value
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Analyse point files.")
@@ -89,13 +118,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
     trace.add_argument("point", help="a point file (<id>.h5)")
     trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace")
+    report = sub.add_parser("report", help="HTML report with figures, Markdown and CSV tables of a sweep")
+    report.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
+    report.add_argument("--commbench", nargs="+", default=[], help="commbench files to fit α and β on")
     first = next((a for a in args_list if not a.startswith("-")), None)
-    if first is not None and first not in ("summary", "trace"):
+    if first is not None and first not in ("summary", "trace", "report"):
         args_list.insert(0, "summary")  # `analyze DIR` means `analyze summary DIR`
     args = p.parse_args(args_list)
     try:
         if args.command == "trace":
             return cmd_trace(Path(args.point), Path(args.output), out)
+        if args.command == "report":
+            return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
         return cmd_summary(Path(args.dir), out)
     except HpcbenchError as exc:
         if args.verbose:

@@ -12,16 +12,18 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, point_warnings
 from hpcbench.spec import Point
 from hpcbench.store.schema import COMPUTE_PHASES, PHASES
 
-CV_WARNING = 0.10  # coefficient of variation of iteration times above which a number is shaky
-MIN_TIMED = 10
+__all__ = ["CV_WARNING", "MIN_TIMED"]
 
 
 def timed(iterations: np.ndarray) -> np.ndarray:
     """The non-warm-up iterations (a column is warm-up if any rank flagged it)."""
-    keep = ~iterations["warmup"].any(axis=0)
+    keep = np.flatnonzero(~iterations["warmup"].any(axis=0))
+    if keep.size and keep[-1] - keep[0] + 1 == keep.size:  # one block (warm-up first): a view, no copy
+        return iterations[:, keep[0] : keep[-1] + 1]
     return iterations[:, keep]
 
 
@@ -71,7 +73,8 @@ def variation(iterations: np.ndarray) -> float:
 def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, object]:
     """All per-point metrics of one point file."""
     n_ranks = iterations.shape[0]
-    t = t_iter(iterations)
+    steps = step_times(iterations)
+    t = float(np.median(steps)) if steps.size else float("nan")
     lif, excess = load_imbalance(iterations)
     phases = phase_means(iterations)
     row: dict[str, object] = {
@@ -90,7 +93,10 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, 
         "throughput": throughput(n_ranks, point.batch_size, t),
         "lif": lif,
         "lif_excess": excess,
-        "cv": variation(iterations),
+        "cv": float(steps.std() / steps.mean()) if steps.size > 1 else float("nan"),
+        "step_mean_s": float(steps.mean()) if steps.size else float("nan"),
+        "step_min_s": float(steps.min()) if steps.size else float("nan"),
+        "step_max_s": float(steps.max()) if steps.size else float("nan"),
     }
     row.update({f"{name}_s": value for name, value in phases.items()})
     row["comm_share"] = phases["comm_total"] / t
@@ -98,24 +104,26 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, 
     return row
 
 
-def _group_key(point: Point) -> str:
-    """Points that differ only in scale (nodes, ranks per node, batch size) share a key."""
-    return dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1).id
+def scaling_group(point: Point) -> str:
+    """Points that differ only in scale (nodes, ranks per node, batch size) or repeat (seed) share a key."""
+    return dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1, seed=0).id
 
 
 def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
     """speedup S(N) = X(N) / X(1), efficiency E(N) = X(N) / (N X(1)), and the scaling kind.
 
     X(1) is the one-rank point of the same configuration with the same per-rank batch
-    (weak scaling) or, failing that, with the same global batch N * b (strong scaling).
+    (weak scaling) or, failing that, with the same global batch N * b (strong scaling);
+    with repeats (seeds) of the one-rank point, the mean of their throughputs.
     Without such a point both stay empty.
     """
     table = table.copy()
-    keys = [_group_key(p) for p in points]
-    base: dict[tuple[str, int], float] = {}
+    keys = [scaling_group(p) for p in points]
+    runs: dict[tuple[str, int], list[float]] = {}
     for key, (_, row) in zip(keys, table.iterrows(), strict=True):
         if row["ranks"] == 1:
-            base[(key, int(row["batch_size"]))] = float(row["throughput"])
+            runs.setdefault((key, int(row["batch_size"])), []).append(float(row["throughput"]))
+    base = {k: float(np.mean(v)) for k, v in runs.items()}
     speedup, kind = [], []
     for key, (_, row) in zip(keys, table.iterrows(), strict=True):
         n, b = int(row["ranks"]), int(row["batch_size"])
@@ -139,6 +147,7 @@ SUMMARY_COLUMNS = [
     "point", "framework", "backend", "launcher", "model", "device", "nodes", "ranks_per_node", "ranks",
     "batch_size", "timed_iterations", "t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif",
     "lif_excess", "cv", *(f"{p}_s" for p in PHASES), "comm_total_s", "comm_share", "overlap",
+    "step_mean_s", "step_min_s", "step_max_s",
 ]  # fmt: skip
 
 
@@ -153,17 +162,5 @@ def summary(points: Sequence[tuple[Point, str, np.ndarray]]) -> pd.DataFrame:
 
 
 def warnings_for(table: pd.DataFrame) -> list[str]:
-    """pyperf-style notes on numbers that should not be trusted as they are."""
-    notes = []
-    for _, row in table.iterrows():
-        if row["timed_iterations"] < MIN_TIMED:
-            notes.append(
-                f"point {row['point']}: only {row['timed_iterations']} timed iterations; "
-                f"use iterations >= {MIN_TIMED} for a stable median"
-            )
-        if row["cv"] >= CV_WARNING:
-            notes.append(
-                f"point {row['point']}: iteration times vary by {row['cv']:.0%} (CV); the result is unstable: "
-                "rerun with more iterations or warm-up, on an idle machine"
-            )
-    return notes
+    """pyperf-style notes on numbers that should not be trusted as they are (see stats.point_warnings)."""
+    return point_warnings(table)

@@ -1,14 +1,30 @@
-"""Reading a sweep directory into tables."""
+"""Reading a sweep directory into tables: points, samples (point × rank × iteration), stats.
+
+- `points`: one row per point file: every Point field, its id, its repeat group (`config`),
+  rank count, hosts, the file.
+- `samples`: the iteration records of every rank of every point, tidy (built on demand:
+  it is the largest table and no metric needs it, they work on the arrays directly).
+- `stats`: one row per point: the metrics (metrics.py), resources (resources.py) and
+  accuracy (accuracy.py).
+
+Derived from these: `repeats` (mean and confidence interval over seeds, stats.py),
+`evaluations` (point × evaluation) and `predictions` (predict.py).
+"""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from hpcbench.analysis import accuracy, metrics, predict, resources, stats
+from hpcbench.analysis.model import LinkCost
 from hpcbench.errors import HpcbenchError
+from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
 
 _ASIDE = re.compile(r"\.attempt\d+$")  # earlier incomplete attempts kept by the executor
@@ -48,13 +64,109 @@ def load(directory: Path | str) -> SweepData:
 
 
 def samples_table(points: list[PointData]) -> pd.DataFrame:
-    """One row per point x rank x iteration (the iteration records, tidy)."""
+    """One row per point x rank x iteration (the iteration records, tidy), plus `duration`."""
     frames = []
     for p in points:
         n_ranks, n_iters = p.iterations.shape
-        frame = pd.DataFrame(p.iterations.reshape(-1))
-        frame.insert(0, "iteration", list(range(n_iters)) * n_ranks)
-        frame.insert(0, "rank", [r for r in range(n_ranks) for _ in range(n_iters)])
-        frame.insert(0, "point", p.point_id)
+        flat = p.iterations.reshape(-1)
+        rank_ids = p.ranks["rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.arange(n_ranks)
+        columns: dict[str, object] = {
+            "point": np.full(flat.size, p.point_id, dtype=object),
+            "rank": np.repeat(np.asarray(rank_ids, dtype=np.int32), n_iters),
+            "iteration": np.tile(np.arange(n_iters, dtype=np.int32), n_ranks),
+        }
+        columns.update({name: flat[name] for name in flat.dtype.names or ()})
+        frame = pd.DataFrame(columns)
+        frame["duration"] = frame["t_end"] - frame["t_start"]
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def points_table(points: list[PointData]) -> pd.DataFrame:
+    """One row per point: its fields (mappings as JSON text), id, repeat group, ranks, hosts, file."""
+    rows = []
+    for p in points:
+        fields = p.point.as_dict()
+        row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point)}
+        for name in sorted(FIELD_NAMES):
+            value = fields[name]
+            row[name] = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+        row["ranks"] = int(p.iterations.shape[0])
+        row["hosts"] = len(set(p.hostnames))
+        row["file"] = str(p.path)
+        blas = p.provenance.get("blas")
+        if isinstance(blas, list):
+            row["blas"] = " ".join(sorted({str(b.get("internal_api")) for b in blas if isinstance(b, dict)}))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stats_table(points: list[PointData], target_accuracy: float | None = None) -> pd.DataFrame:
+    """One row per point: metrics, resources and accuracy, with speedup and efficiency."""
+    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in points])
+    if table.empty:
+        return table
+    extra = []
+    for p in points:
+        row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point), "seed": p.point.seed}
+        row.update(resources.resource_row(p.resources))
+        row.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
+        extra.append(row)
+    return table.merge(pd.DataFrame(extra), on="point", how="left")
+
+
+def evaluations_table(points: list[PointData]) -> pd.DataFrame:
+    """One row per point x evaluation."""
+    frames = []
+    for p in points:
+        frame = accuracy.evaluations(p.eval)
+        if not frame.empty:
+            frame.insert(0, "point", p.point_id)
+            frames.append(frame)
+    return (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["point", *accuracy.EVALUATION_COLUMNS])
+    )
+
+
+@dataclass
+class Analysis:
+    """A sweep's tables and the notes on what should not be trusted."""
+
+    directory: Path
+    data: list[PointData]
+    points: pd.DataFrame
+    stats: pd.DataFrame
+    repeats: pd.DataFrame
+    evaluations: pd.DataFrame
+    predictions: pd.DataFrame
+    warnings: list[str]  # files skipped
+    notes: list[str]  # pyperf-style notes on unstable numbers
+
+    def samples(self) -> pd.DataFrame:
+        return samples_table(self.data)
+
+
+def analyse(directory: Path | str, target_accuracy: float | None = None, link: LinkCost | None = None) -> Analysis:
+    """Load a sweep and derive every table. Raises HpcbenchError without a complete point."""
+    sweep = load(directory)
+    if not sweep.points:
+        raise HpcbenchError(f"{sweep.directory}: no complete point files to analyse")
+    if target_accuracy is not None and not 0 < target_accuracy <= 1:
+        raise HpcbenchError(f"target accuracy {target_accuracy} is not a fraction in (0, 1]")
+    stats_frame = stats_table(sweep.points, target_accuracy)
+    repeats = stats.repeats(stats_frame)
+    preds = predict.predictions(sweep.points, stats_frame.set_index("point"), link)
+    notes = stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
+    return Analysis(
+        sweep.directory,
+        sweep.points,
+        points_table(sweep.points),
+        stats_frame,
+        repeats,
+        evaluations_table(sweep.points),
+        preds,
+        sweep.warnings,
+        notes,
+    )

@@ -1,0 +1,153 @@
+"""Aggregating a large sweep into every metric: seconds and peak memory.
+
+    python benchmarks/analysis_scale.py [--dir DIR] [--ranks 1024] [--iterations 10000] [--points 200]
+
+Writes (once; an existing DIR with the files is reused) synthetic point files through the
+real writer: one point of 1024 ranks x 10,000 iterations (one gradient message per rank
+and iteration, one resource sample per rank and second of run, an evaluation per rank at
+the end), plus a 200-point sweep (25 configurations x 8 scales, 1..128 ranks, 200
+iterations each, with messages, resource samples and 5 evaluations per rank). Then, in a
+fresh process, runs the whole analysis (`hpcbench.analysis.tables.analyse`: reading every
+file, the stats, repeats, evaluations and prediction tables) and prints its wall seconds
+and the process's peak RSS. Goal: <= 5 s and <= 4 GB on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hpcbench.analysis.fabricate import write_point_file
+from hpcbench.spec import Point
+from hpcbench.store import schema
+
+PERIOD = 0.1  # seconds per iteration of the generated points
+PHASES = {"data": 0.002, "h2d": 0.001, "forward": 0.03, "backward": 0.045, "comm": 0.008, "update": 0.004}
+MODELS = ("lenet", "mlp", "alexnet", "resnet50", "googlenet")
+BATCHES = (8, 16, 32, 64, 128)
+SCALES = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+def generate_arrays(
+    n_ranks: int, n_iters: int, seed: int, warmup: int = 10, evaluations: int = 1
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(iterations, comm, resources, eval) of one point, with noise."""
+    rng = np.random.default_rng(seed)
+    it = np.zeros((n_ranks, n_iters), dtype=schema.ITERATION_DTYPE)
+    total = np.zeros((n_ranks, n_iters))
+    for name, seconds in PHASES.items():
+        values = seconds * (1.0 + 0.05 * rng.random((n_ranks, n_iters)))
+        it[name] = values
+        total += values
+    start = np.arange(n_iters) * PERIOD + 1e-4 * np.arange(n_ranks)[:, None]
+    it["t_start"] = start
+    it["t_end"] = start + total
+    it["comm_total"] = it["comm"] + 0.02
+    it["samples"] = 32
+    it["loss"] = 1.0
+    it["warmup"][:, :warmup] = 1
+    del total
+    n = n_ranks * n_iters
+    comm = np.zeros(n, dtype=schema.COMM_DTYPE)
+    comm["rank"] = np.repeat(np.arange(n_ranks, dtype=np.int32), n_iters)
+    comm["iteration"] = np.tile(np.arange(n_iters, dtype=np.int32), n_ranks)
+    comm["op"] = b"allreduce"
+    comm["name"] = b"0"
+    comm["dtype"] = b"float32"
+    comm["bytes"] = 250_000
+    ready = (it["t_start"] + it["data"] + it["h2d"] + it["forward"] + it["backward"]).reshape(-1)
+    comm["t_start"] = ready - 0.01
+    comm["t_end"] = ready + it["comm"].reshape(-1)
+    del ready
+    samples = max(1, int(n_iters * PERIOD))
+    res = np.zeros(n_ranks * samples, dtype=schema.RESOURCE_DTYPE)
+    res["rank"] = np.repeat(np.arange(n_ranks, dtype=np.int32), samples)
+    res["t"] = np.tile(np.arange(samples, dtype=float), n_ranks)
+    res["cpu_user"] = 60 + 10 * rng.random(len(res))
+    res["cpu_system"] = 10 + 5 * rng.random(len(res))
+    res["cpu_iowait"] = rng.random(len(res))
+    res["rss_bytes"] = (500 + 100 * rng.random(len(res))) * 2**20
+    res["gpu_util"] = np.nan
+    res["gpu_mem_bytes"] = -1
+    res["gpu_power_w"] = np.nan
+    res["gpu_sm_clock_mhz"] = np.nan
+    res["ib_rx_bytes"] = -1
+    res["ib_tx_bytes"] = -1
+    ev = np.zeros(n_ranks * evaluations, dtype=schema.EVAL_DTYPE)
+    ev["rank"] = np.repeat(np.arange(n_ranks, dtype=np.int32), evaluations)
+    epochs = np.tile(np.arange(1, evaluations + 1, dtype=np.int32), n_ranks)
+    ev["epoch"] = epochs
+    ev["iteration"] = epochs * n_iters // evaluations
+    ev["train_time_s"] = epochs * n_iters * PERIOD / evaluations
+    ev["test_time_s"] = 1.0
+    ev["total"] = 100
+    ev["correct"] = np.minimum(100, 50 + 10 * epochs)
+    return it, comm, res, ev
+
+
+def generate(directory: Path, ranks: int, iterations: int, points: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    big = Point(framework="torch", backend="nccl", device="cuda", model="resnet50", nodes=ranks // 8,
+                ranks_per_node=8, batch_size=32, iterations=iterations - 10)  # fmt: skip
+    it, comm, res, ev = generate_arrays(ranks, iterations, seed=1)
+    write_point_file(directory / f"{big.id}.h5", big, it, comm=comm, resources=res, evals=ev)
+    del it, comm, res, ev
+    count = 0
+    for model in MODELS:
+        for batch in BATCHES:
+            for n in SCALES:
+                if count == points:
+                    return
+                p = Point(model=model, batch_size=batch, ranks_per_node=n, iterations=190)
+                arrays = generate_arrays(n, 200, seed=count + 2, evaluations=5)
+                write_point_file(directory / f"{p.id}.h5", p, arrays[0], comm=arrays[1], resources=arrays[2],
+                                 evals=arrays[3])  # fmt: skip
+                count += 1
+
+
+def measure(directory: Path) -> None:
+    from hpcbench.analysis import tables
+
+    start = time.perf_counter()
+    analysis = tables.analyse(directory)
+    seconds = time.perf_counter() - start
+    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
+    biggest = int(analysis.stats["ranks"].max())
+    cells = int((analysis.stats["ranks"] * analysis.stats["timed_iterations"]).sum())
+    print(
+        f"analysed {len(analysis.stats)} points (largest {biggest} ranks; {cells:,} timed rank-iterations), "
+        f"{len(analysis.predictions)} predictions: {seconds:.2f} s, peak RSS {peak_gb:.2f} GB"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", type=Path, help="where the point files are (generated when missing)")
+    ap.add_argument("--ranks", type=int, default=1024)
+    ap.add_argument("--iterations", type=int, default=10_000)
+    ap.add_argument("--points", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3, help="fresh-process measurements")
+    ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the fresh process's part
+    args = ap.parse_args()
+    if args.measure:
+        measure(args.measure)
+        return
+    with tempfile.TemporaryDirectory(prefix="hpcbench-scale-") as tmp:
+        directory = args.dir or Path(tmp)
+        if not any(directory.glob("*.h5")):
+            t0 = time.perf_counter()
+            generate(directory, args.ranks, args.iterations, args.points)
+            print(f"generated {len(list(directory.glob('*.h5')))} point files in {time.perf_counter() - t0:.1f} s")
+        for _ in range(args.repeat):
+            subprocess.run([sys.executable, __file__, "--measure", str(directory)], check=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Accuracy, test time, training time and time-to-accuracy from the `eval` table.
+
+An evaluation is the rows of all ranks with the same `epoch` (each rank tests its shard
+of the held-out data): its accuracy is sum(correct) / sum(total), its test time the
+slowest rank's, its training time the slowest rank's training time so far.
+
+- `accuracy`, `test_time_s`, `train_time_s`: of the last evaluation. Without evaluations,
+  `train_time_s` is the wall time of all iterations (first start to last end over ranks,
+  warm-up included) and the others are NaN.
+- `best_accuracy`, `time_to_best_s`: the highest accuracy and the training time at which it
+  was first reached (seed 002 reports "peak accuracy first reached at epoch E, time T").
+- `time_to_target_s`: training time of the first evaluation reaching the target accuracy
+  (a fraction, e.g. 0.98); NaN without a target or when it was never reached.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+ACCURACY_COLUMNS = [
+    "evaluations", "epochs", "accuracy", "best_accuracy", "train_time_s", "test_time_s",
+    "time_to_best_s", "time_to_target_s",
+]  # fmt: skip
+
+EVALUATION_COLUMNS = ["epoch", "iteration", "train_time_s", "test_time_s", "correct", "total", "accuracy", "loss"]
+
+
+def evaluations(eval_rows: np.ndarray) -> pd.DataFrame:
+    """One row per evaluation (epoch), in order."""
+    if len(eval_rows) == 0:
+        return pd.DataFrame(columns=EVALUATION_COLUMNS)
+    epochs, inverse = np.unique(eval_rows["epoch"], return_inverse=True)
+    k = len(epochs)
+
+    def reduce(ufunc: np.ufunc, values: np.ndarray, start: float) -> np.ndarray:
+        out = np.full(k, start)
+        ufunc.at(out, inverse, values)
+        return out
+
+    correct = np.bincount(inverse, weights=eval_rows["correct"].astype(float), minlength=k)
+    total = np.bincount(inverse, weights=eval_rows["total"].astype(float), minlength=k)
+    loss = np.bincount(inverse, weights=eval_rows["loss"].astype(float) * eval_rows["total"], minlength=k)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.where(total > 0, correct / total, np.nan)
+        mean_loss = np.where(total > 0, loss / total, np.nan)
+    return pd.DataFrame(
+        {
+            "epoch": epochs,
+            "iteration": reduce(np.maximum, eval_rows["iteration"].astype(float), -np.inf).astype(np.int64),
+            "train_time_s": reduce(np.maximum, eval_rows["train_time_s"], -np.inf),
+            "test_time_s": reduce(np.maximum, eval_rows["test_time_s"], -np.inf),
+            "correct": correct.astype(np.int64),
+            "total": total.astype(np.int64),
+            "accuracy": accuracy,
+            "loss": mean_loss,
+        }
+    )
+
+
+def accuracy_row(eval_rows: np.ndarray, iterations: np.ndarray, target: float | None = None) -> dict[str, float]:
+    """Per-point accuracy and time columns."""
+    row: dict[str, float] = dict.fromkeys(ACCURACY_COLUMNS, float("nan"))
+    evals = evaluations(eval_rows)
+    row["evaluations"] = float(len(evals))
+    if evals.empty:
+        if iterations.size:
+            row["train_time_s"] = float(iterations["t_end"].max() - iterations["t_start"].min())
+        return row
+    last = evals.iloc[-1]
+    row["epochs"] = float(last["epoch"])
+    row["accuracy"] = float(last["accuracy"])
+    row["train_time_s"] = float(last["train_time_s"])
+    row["test_time_s"] = float(last["test_time_s"])
+    acc = evals["accuracy"].to_numpy(dtype=float)
+    if np.isfinite(acc).any():
+        best = int(np.nanargmax(acc))  # first index of the maximum
+        row["best_accuracy"] = float(acc[best])
+        row["time_to_best_s"] = float(evals["train_time_s"].iloc[best])
+        if target is not None:
+            reached = np.flatnonzero(acc >= target)
+            if reached.size:
+                row["time_to_target_s"] = float(evals["train_time_s"].iloc[int(reached[0])])
+    return row

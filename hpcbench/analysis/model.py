@@ -1,0 +1,291 @@
+"""The iteration model of synchronous data-parallel SGD (after Shi, Wang and Chu, 2018).
+
+Plain functions of plain numbers: it needs no trace. Inputs are per-phase times of one
+rank, the gradient size and backward time of every layer (or bucket), the α–β cost of the
+network and the number of ranks; the output is the predicted iteration and its parts.
+
+Layers are numbered 1..L from the input; backward runs L -> 1, so layer L's gradients are
+ready first. `layers[0]` is layer 1. Definitions: see the project's MODELS.md and README
+("Report and performance model").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hpcbench.errors import HpcbenchError
+
+
+class ModelError(HpcbenchError):
+    """Inputs the model cannot use (negative times, no ranks)."""
+
+
+@dataclass(frozen=True)
+class PhaseTimes:
+    """Seconds per iteration of one rank, except backward (the layers carry it)."""
+
+    data: float = 0.0  # I/O: reading the next batch
+    h2d: float = 0.0
+    forward: float = 0.0
+    update: float = 0.0
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer (or gradient bucket): bytes of its gradients, seconds of its backward."""
+
+    grad_bytes: float
+    backward_s: float
+
+
+@dataclass(frozen=True)
+class LinkCost:
+    """Point-to-point cost of the network: α s per message, β s per byte, γ s per byte reduced."""
+
+    alpha: float
+    beta: float
+    gamma: float = 0.0
+
+
+@dataclass(frozen=True)
+class MessageCost:
+    """tc(M) = alpha + beta * M for one collective at one rank count."""
+
+    alpha: float
+    beta: float
+
+    def time(self, n_bytes: float) -> float:
+        return self.alpha + self.beta * n_bytes
+
+
+# --------------------------------------------------------------------------------------
+# Collective costs (α latency, β s/byte, γ reduction s/byte, n bytes, p ranks)
+
+
+def _check_p(p: int) -> None:
+    if p < 1:
+        raise ModelError(f"number of ranks must be >= 1, got {p}")
+
+
+def ring_allreduce(n: float, p: int, link: LinkCost) -> float:
+    """2(p−1)α + 2n(p−1)/p·β + n(p−1)/p·γ."""
+    _check_p(p)
+    return 2 * (p - 1) * link.alpha + 2 * n * (p - 1) / p * link.beta + n * (p - 1) / p * link.gamma
+
+
+def rabenseifner_allreduce(n: float, p: int, link: LinkCost) -> float:
+    """2 lg p·α + 2n(p−1)/p·β + n(p−1)/p·γ (p a power of two)."""
+    _check_p(p)
+    if p & (p - 1):
+        raise ModelError(f"Rabenseifner's all-reduce needs a power of two ranks, got {p}")
+    lg = math.log2(p)
+    return 2 * lg * link.alpha + 2 * n * (p - 1) / p * link.beta + n * (p - 1) / p * link.gamma
+
+
+def recursive_doubling_allreduce(n: float, p: int, link: LinkCost) -> float:
+    """lg p·α + n lg p·β + n lg p·γ."""
+    _check_p(p)
+    lg = math.log2(p)
+    return lg * link.alpha + n * lg * link.beta + n * lg * link.gamma
+
+
+def ring_allgather(n: float, p: int, link: LinkCost) -> float:
+    """(p−1)α + n(p−1)/p·β."""
+    _check_p(p)
+    return (p - 1) * link.alpha + n * (p - 1) / p * link.beta
+
+
+def binomial_broadcast(n: float, p: int, link: LinkCost) -> float:
+    """lg p·α + n lg p·β."""
+    _check_p(p)
+    lg = math.log2(p)
+    return lg * link.alpha + n * lg * link.beta
+
+
+def ring_message_cost(p: int, link: LinkCost) -> MessageCost:
+    """The ring all-reduce of p ranks as tc(M) = α_p + β_p·M."""
+    _check_p(p)
+    return MessageCost(2 * (p - 1) * link.alpha, 2 * (p - 1) / p * link.beta + (p - 1) / p * link.gamma)
+
+
+def ring_link(cost: MessageCost, p: int) -> LinkCost:
+    """The link α, β that make a ring all-reduce of p ranks cost `cost` (γ folded into β)."""
+    if p < 2:
+        raise ModelError(f"a link cost needs messages between >= 2 ranks, got {p}")
+    return LinkCost(cost.alpha / (2 * (p - 1)), cost.beta * p / (2 * (p - 1)))
+
+
+def _allreduce_factor(p: int) -> float:
+    return 2 * (p - 1) / p
+
+
+def _gather_factor(p: int) -> float:
+    return (p - 1) / p
+
+
+def _one(p: int) -> float:
+    return 1.0
+
+
+BUS_FACTOR: dict[str, Callable[[int], float]] = {  # busbw = algbw * factor, as nccl-tests defines it
+    "allreduce": _allreduce_factor,
+    "reducescatter": _gather_factor,
+    "allgather": _gather_factor,
+    "broadcast": _one,
+    "reduce": _one,
+}
+
+
+def bus_bandwidth(op: str, n_bytes: float, seconds: float, p: int) -> tuple[float, float]:
+    """(algbw, busbw) in bytes/s of one collective of n bytes over p ranks taking `seconds`."""
+    if op not in BUS_FACTOR:
+        raise ModelError(f"unknown collective {op!r} (known: {', '.join(BUS_FACTOR)})")
+    algbw = n_bytes / seconds
+    return algbw, algbw * BUS_FACTOR[op](p)
+
+
+def fused_cost(messages: Sequence[float], cost: MessageCost, threshold: float) -> tuple[float, float]:
+    """(unfused, fused) time of messages m_i: Σ(α + β m_i) vs ⌈Σm/F⌉·α + β·Σm (Horovod tensor fusion,
+    copies and cycle wait left out)."""
+    total = float(sum(messages))
+    unfused = sum(cost.time(m) for m in messages)
+    fused = math.ceil(total / threshold) * cost.alpha + cost.beta * total if total else 0.0
+    return unfused, fused
+
+
+# --------------------------------------------------------------------------------------
+# Wait-free back-propagation
+
+
+@dataclass(frozen=True)
+class WfbpSchedule:
+    """τb[l] (start of layer l's backward) and τc[l] (start of its communication), layers 1..L
+    at indices 0..L−1, and the communication left after backward ends."""
+
+    tau_b: tuple[float, ...]
+    tau_c: tuple[float, ...]
+    non_overlapped: float
+
+
+def wfbp(tb: Sequence[float], tc: Sequence[float]) -> WfbpSchedule:
+    """The MODELS.md recurrence, layers 1..L at indices 0..L−1:
+
+    τb[L] = 0; τb[l] = τb[l+1] + tb[l+1]
+    τc[L] = τb[L] + tb[L]; τc[l] = max(τc[l+1] + tc[l+1], τb[l] + tb[l])
+    non-overlapped = τc[1] + tc[1] − (τb[1] + tb[1])
+    """
+    if len(tb) != len(tc):
+        raise ModelError(f"{len(tb)} backward times but {len(tc)} communication times")
+    n = len(tb)
+    if n == 0:
+        return WfbpSchedule((), (), 0.0)
+    tau_b = [0.0] * n
+    tau_c = [0.0] * n
+    last = n - 1
+    tau_b[last] = 0.0
+    for l in range(last - 1, -1, -1):  # noqa: E741 - l is the layer, as in the paper
+        tau_b[l] = tau_b[l + 1] + tb[l + 1]
+    tau_c[last] = tau_b[last] + tb[last]
+    for l in range(last - 1, -1, -1):  # noqa: E741
+        tau_c[l] = max(tau_c[l + 1] + tc[l + 1], tau_b[l] + tb[l])
+    non_overlapped = tau_c[0] + tc[0] - (tau_b[0] + tb[0])
+    return WfbpSchedule(tuple(tau_b), tuple(tau_c), non_overlapped)
+
+
+# --------------------------------------------------------------------------------------
+# The iteration
+
+
+@dataclass(frozen=True)
+class IterationPrediction:
+    """A predicted iteration and its parts (seconds)."""
+
+    ranks: int
+    batch_size: int  # per rank
+    overlap: bool  # wait-free back-propagation (True) or communication after backward (False)
+    data: float
+    h2d: float
+    forward: float
+    backward: float
+    comm_total: float  # Σ tc over the messages
+    comm_exposed: float  # the part not hidden behind backward
+    update: float
+    overhead: float  # time in no phase (loop, synchronisation skew), carried over from measurement
+    t_iter: float
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second, N·b / t_iter."""
+        return self.ranks * self.batch_size / self.t_iter if self.t_iter > 0 else math.nan
+
+
+def _check_inputs(phases: PhaseTimes, layers: Sequence[Layer], ranks: int, batch_size: int) -> None:
+    _check_p(ranks)
+    if batch_size < 1:
+        raise ModelError(f"batch size must be >= 1, got {batch_size}")
+    for name in ("data", "h2d", "forward", "update"):
+        value = getattr(phases, name)
+        if not math.isfinite(value) or value < 0:
+            raise ModelError(f"phase {name}: {value!r} is not a non-negative time")
+    for i, layer in enumerate(layers, start=1):
+        if not (math.isfinite(layer.backward_s) and layer.backward_s >= 0):
+            raise ModelError(f"layer {i}: backward time {layer.backward_s!r} is not a non-negative time")
+        if not (math.isfinite(layer.grad_bytes) and layer.grad_bytes >= 0):
+            raise ModelError(f"layer {i}: gradient size {layer.grad_bytes!r} is not a non-negative byte count")
+
+
+def message_times(layers: Sequence[Layer], ranks: int, link: LinkCost) -> list[float]:
+    """tc[l] of every layer: its gradients' ring all-reduce over `ranks` (0 on one rank)."""
+    if ranks == 1:
+        return [0.0] * len(layers)
+    cost = ring_message_cost(ranks, link)
+    return [cost.time(layer.grad_bytes) if layer.grad_bytes > 0 else 0.0 for layer in layers]
+
+
+def predict_iteration(
+    phases: PhaseTimes,
+    layers: Sequence[Layer],
+    link: LinkCost,
+    ranks: int,
+    batch_size: int = 1,
+    *,
+    overlap: bool = True,
+    prefetch: bool = False,
+    overhead: float = 0.0,
+) -> IterationPrediction:
+    """One iteration on `ranks` ranks.
+
+    Without overlap: t_iter = t_io + t_h2d + t_f + t_b + t_c + t_u, t_c = Σ tc[l].
+    With wait-free back-propagation: t_f + t_b + non-overlapped comm + t_u (plus t_io + t_h2d).
+    With `prefetch`, I/O and H2D hide behind the rest of the iteration when shorter than it.
+    `overhead` (time in no phase) is added as it is.
+    """
+    _check_inputs(phases, layers, ranks, batch_size)
+    tb = [layer.backward_s for layer in layers]
+    tc = message_times(layers, ranks, link)
+    t_b, t_c = float(sum(tb)), float(sum(tc))
+    exposed = wfbp(tb, tc).non_overlapped if overlap else t_c
+    compute = phases.forward + t_b + exposed + phases.update + overhead
+    io = phases.data + phases.h2d
+    t_iter = max(io, compute) if prefetch else io + compute
+    return IterationPrediction(
+        ranks=ranks,
+        batch_size=batch_size,
+        overlap=overlap,
+        data=phases.data,
+        h2d=phases.h2d,
+        forward=phases.forward,
+        backward=t_b,
+        comm_total=t_c,
+        comm_exposed=exposed,
+        update=phases.update,
+        overhead=overhead,
+        t_iter=t_iter,
+    )
+
+
+def efficiency(prediction: IterationPrediction, single: IterationPrediction) -> float:
+    """E(N) = X(N) / (N·X(1)) of a prediction against the one-rank one."""
+    return prediction.throughput / (prediction.ranks * single.throughput)

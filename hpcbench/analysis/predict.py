@@ -1,0 +1,204 @@
+"""Prediction beside measurement: fit the model on a configuration's smallest runs, predict the rest.
+
+A configuration is the points that differ only in scale (nodes, ranks per node, batch
+size) and seed. Its calibration:
+
+- phases (data, h2d, forward, backward, update) and the time in no phase ("overhead":
+  t_iter minus all measured phases) from the point with the fewest ranks; compute phases
+  scale linearly with the per-rank batch when a point's batch differs;
+- layers (gradient buckets: bytes and backward time) from the smallest point that recorded
+  messages, their backward times scaled to add up to the calibration point's backward;
+- the link's α and β: from a commbench file when one is given, else from the messages of
+  the points with the smallest rank count >= 2 (tc(M) = α_p + β_p·M fitted, then turned
+  into the link cost of a ring all-reduce of p ranks, which gives tc at any other N).
+
+Every point is then predicted with and without wait-free back-propagation and compared with
+its measured t_iter; calibration points are marked (their error is in-sample).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hpcbench.analysis import fit, metrics
+from hpcbench.analysis.model import (
+    IterationPrediction,
+    Layer,
+    LinkCost,
+    ModelError,
+    PhaseTimes,
+    predict_iteration,
+    ring_link,
+)
+from hpcbench.store.reader import PointData
+
+PREDICTION_COLUMNS = [
+    "point", "framework", "backend", "model", "ranks", "batch_size", "seed", "calibration",
+    "measured_t_iter_s", "predicted_t_iter_s", "rel_error", "predicted_no_overlap_s", "rel_error_no_overlap",
+    "measured_throughput", "predicted_throughput", "measured_efficiency", "predicted_efficiency",
+    "pred_comm_total_s", "pred_comm_exposed_s", "alpha_s", "beta_s_per_byte", "comm_source", "note",
+]  # fmt: skip
+
+
+@dataclass
+class Calibration:
+    """What a configuration's predictions are made from."""
+
+    point: str
+    batch_size: int
+    phases: PhaseTimes
+    layers: list[Layer]
+    overhead: float
+    link: LinkCost | None
+    comm_source: str
+    calibration_points: set[str] = field(default_factory=set)
+
+
+def _timed_mask(iterations: np.ndarray) -> np.ndarray:
+    return np.asarray(~iterations["warmup"].any(axis=0))
+
+
+def _scaled(layers: Sequence[Layer], factor: float) -> list[Layer]:
+    return [Layer(layer.grad_bytes, layer.backward_s * factor) for layer in layers]
+
+
+def _main_op(comm: np.ndarray) -> bytes | None:
+    """The collective most messages used (all-reduce in data-parallel training)."""
+    if len(comm) == 0:
+        return None
+    if (comm["op"] == comm["op"][0]).all():
+        return bytes(comm["op"][0])
+    ops, counts = np.unique(comm["op"], return_counts=True)
+    return bytes(ops[int(np.argmax(counts))])
+
+
+Messages = dict[str, np.ndarray]  # point id -> its selected messages, so a big point is selected once
+
+
+def _messages(p: PointData, cache: Messages) -> np.ndarray:
+    """The point's messages of (at most fit.MAX_ITERATIONS) timed iterations."""
+    if p.point_id not in cache:
+        cache[p.point_id] = fit.timed_messages(p.comm, _timed_mask(p.iterations))
+    return cache[p.point_id]
+
+
+def fit_link_from_points(points: Sequence[PointData], cache: Messages | None = None) -> tuple[LinkCost, str]:
+    """The ring link α, β from the gradient messages of points with the same rank count."""
+    sizes, times, ranks = [], [], []
+    for p in points:
+        selected = _messages(p, {} if cache is None else cache)
+        op = _main_op(selected)
+        comm = selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]
+        costs = fit.message_costs(comm, None)
+        sizes.append(costs["bytes"].to_numpy(dtype=float))
+        times.append(costs["seconds"].to_numpy(dtype=float))
+        ranks.append(p.iterations.shape[0])
+    if len(set(ranks)) != 1:
+        raise ModelError(f"messages of different rank counts {sorted(set(ranks))} fitted as one")
+    result = fit.fit_alpha_beta(np.concatenate(sizes), np.concatenate(times))
+    names = " ".join(p.point_id for p in points)
+    return ring_link(result.cost, ranks[0]), f"messages of {names} (N={ranks[0]}, {result.n} messages)"
+
+
+def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> Calibration:
+    """Calibrate one configuration (its points, any scale) from its smallest runs."""
+    cache: Messages = {}
+    order = sorted(group, key=lambda p: (p.iterations.shape[0], p.point.seed, p.point.batch_size, p.point_id))
+    base = order[0]
+    row = stats.loc[base.point_id]
+    phases = PhaseTimes(float(row["data_s"]), float(row["h2d_s"]), float(row["forward_s"]), float(row["update_s"]))
+    measured = sum(float(row[f"{name}_s"]) for name in ("data", "h2d", "forward", "backward", "comm", "update"))
+    overhead = max(float(row["t_iter_s"]) - measured, 0.0)
+    backward = float(row["backward_s"])
+    calibration = {base.point_id}
+    with_messages = [p for p in order if len(p.comm)]
+    if with_messages:
+        source = with_messages[0]
+        timed = _timed_mask(source.iterations)
+        layers = fit.layers_from_trace(source.iterations, _messages(source, cache), timed, None)
+        total = sum(layer.backward_s for layer in layers)
+        layers = _scaled(layers, backward / total) if total > 0 else [Layer(layers[-1].grad_bytes, backward)]
+    else:
+        layers = [Layer(0.0, backward)]
+    comm_source = "commbench" if link is not None else ""
+    if link is None:
+        multi = [p for p in with_messages if p.iterations.shape[0] >= 2]
+        if multi:
+            smallest = min(p.iterations.shape[0] for p in multi)
+            chosen = [p for p in multi if p.iterations.shape[0] == smallest]
+            link, comm_source = fit_link_from_points(chosen, cache)
+            calibration |= {p.point_id for p in chosen}
+        else:
+            comm_source = "none: no messages recorded between >= 2 ranks, communication not modelled"
+    return Calibration(base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration)
+
+
+def predict_point(cal: Calibration, ranks: int, batch_size: int, overlap: bool) -> IterationPrediction:
+    """The calibrated configuration at `ranks` ranks and `batch_size` per rank."""
+    s = batch_size / cal.batch_size
+    phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
+    link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
+    return predict_iteration(
+        phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead
+    )
+
+
+def _rel(predicted: float, measured: float) -> float:
+    return (predicted - measured) / measured if measured and math.isfinite(measured) else float("nan")
+
+
+def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None = None) -> pd.DataFrame:
+    """Predicted beside measured for every point; `stats` is indexed by point id."""
+    groups: dict[str, list[PointData]] = {}
+    for p in points:
+        groups.setdefault(metrics.scaling_group(p.point), []).append(p)
+    rows: list[dict[str, object]] = []
+    for group in groups.values():
+        try:
+            cal = calibrate(group, stats, link)
+        except ModelError as exc:
+            rows += [{"point": p.point_id, "note": f"no prediction: {exc}"} for p in group]
+            continue
+        for p in group:
+            row = stats.loc[p.point_id]
+            n, b = int(row["ranks"]), int(row["batch_size"])
+            wfbp = predict_point(cal, n, b, overlap=True)
+            serial = predict_point(cal, n, b, overlap=False)
+            single = predict_point(cal, 1, b, overlap=True)
+            measured = float(row["t_iter_s"])
+            rows.append(
+                {
+                    "point": p.point_id,
+                    "framework": p.point.framework,
+                    "backend": p.point.backend,
+                    "model": p.point.model,
+                    "ranks": n,
+                    "batch_size": b,
+                    "seed": p.point.seed,
+                    "calibration": p.point_id in cal.calibration_points,
+                    "measured_t_iter_s": measured,
+                    "predicted_t_iter_s": wfbp.t_iter,
+                    "rel_error": _rel(wfbp.t_iter, measured),
+                    "predicted_no_overlap_s": serial.t_iter,
+                    "rel_error_no_overlap": _rel(serial.t_iter, measured),
+                    "measured_throughput": float(row["throughput"]),
+                    "predicted_throughput": wfbp.throughput,
+                    "measured_efficiency": float(row["efficiency"]),
+                    "predicted_efficiency": wfbp.throughput / (n * single.throughput),
+                    "pred_comm_total_s": wfbp.comm_total,
+                    "pred_comm_exposed_s": wfbp.comm_exposed,
+                    "alpha_s": cal.link.alpha if cal.link else float("nan"),
+                    "beta_s_per_byte": cal.link.beta if cal.link else float("nan"),
+                    "comm_source": cal.comm_source,
+                    "note": "",
+                }
+            )
+    frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
+    return frame.sort_values(["framework", "backend", "model", "batch_size", "ranks"], kind="stable").reset_index(
+        drop=True
+    )

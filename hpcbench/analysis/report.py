@@ -1,0 +1,250 @@
+"""The sweep report: SWEEP_DIR/report.html (self-contained, figures as base64 PNG), report.md
+and CSV tables (points, stats, repeats, predictions, evaluations)."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from hpcbench.analysis import figures
+from hpcbench.analysis.tables import Analysis
+from hpcbench.atomic import write_text_atomic
+
+Format = Callable[[object], str]
+
+
+def _num(digits: int, scale: float = 1.0) -> Format:
+    def fmt(v: object) -> str:
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return str(v)
+        return "" if math.isnan(v) else f"{v * scale:,.{digits}f}"
+
+    return fmt
+
+
+def _pct(v: object) -> str:
+    return "" if not isinstance(v, int | float) or math.isnan(v) else f"{v:.1%}"
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    fmt: Format = str
+
+
+IDENT = [Column("point", "point"), Column("framework", "framework"), Column("backend", "backend"),
+         Column("model", "model"), Column("ranks", "N"), Column("batch_size", "batch")]  # fmt: skip
+
+SCALING = [
+    *IDENT,
+    Column("t_iter_s", "t_iter (ms)", _num(2, 1e3)),
+    Column("throughput", "samples/s", _num(1)),
+    Column("speedup", "speedup", _num(2)),
+    Column("efficiency", "efficiency", _pct),
+    Column("scaling", "scaling"),
+    Column("lif", "LIF", _num(3)),
+    Column("lif_excess", "LIF excess", _pct),
+    Column("comm_share", "comm share", _pct),
+    Column("overlap", "overlap", _pct),
+    Column("cv", "CV", _pct),
+]
+PHASE_TABLE = [
+    *IDENT,
+    *(Column(f"{p}_s", f"{p} (ms)", _num(2, 1e3)) for p in ("data", "h2d", "forward", "backward", "comm", "update")),
+    Column("comm_total_s", "comm total (ms)", _num(2, 1e3)),
+]
+# seed 002's tables: training time, testing time, accuracy, CPU usage and memory
+SEED002 = [
+    *IDENT,
+    Column("train_time_s", "Training Time (s)", _num(2)),
+    Column("test_time_s", "Testing Time (s)", _num(2)),
+    Column("accuracy", "Accuracy (%)", _num(2, 100)),
+    Column("cpu_user", "CPU user %", _num(2)),
+    Column("cpu_system", "CPU system %", _num(2)),
+    Column("cpu_iowait", "CPU iowait %", _num(2)),
+    Column("cpu_total", "CPU total %", _num(2)),
+    Column("mem_avg_mib", "Memory AVG (MiB)", _num(2)),
+    Column("mem_max_mib", "Memory MAX (MiB)", _num(2)),
+]
+ACCURACY = [
+    *IDENT,
+    Column("epochs", "epochs", _num(0)),
+    Column("accuracy", "accuracy (%)", _num(2, 100)),
+    Column("best_accuracy", "best (%)", _num(2, 100)),
+    Column("time_to_best_s", "time to best (s)", _num(2)),
+    Column("time_to_target_s", "time to target (s)", _num(2)),
+]
+PREDICTION = [
+    *IDENT,
+    Column("calibration", "calibration"),
+    Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3)),
+    Column("predicted_t_iter_s", "predicted WFBP (ms)", _num(2, 1e3)),
+    Column("rel_error", "error", _pct),
+    Column("predicted_no_overlap_s", "predicted no overlap (ms)", _num(2, 1e3)),
+    Column("rel_error_no_overlap", "error (no overlap)", _pct),
+    Column("measured_efficiency", "measured E", _pct),
+    Column("predicted_efficiency", "predicted E", _pct),
+    Column("alpha_s", "α (µs)", _num(2, 1e6)),
+    Column("beta_s_per_byte", "β (ns/B)", _num(4, 1e9)),
+]
+REPEATS = [
+    Column("config", "configuration"), Column("framework", "framework"), Column("backend", "backend"),
+    Column("model", "model"), Column("ranks", "N"), Column("batch_size", "batch"), Column("repeats", "repeats"),
+    Column("throughput_mean", "samples/s mean", _num(1)), Column("throughput_ci95", "± 95 % CI", _num(1)),
+    Column("throughput_cv", "CV", _pct), Column("t_iter_s_mean", "t_iter mean (ms)", _num(2, 1e3)),
+    Column("t_iter_s_ci95", "± 95 % CI (ms)", _num(2, 1e3)),
+]  # fmt: skip
+
+
+def cells(table: pd.DataFrame, columns: Sequence[Column]) -> tuple[list[str], list[list[str]]]:
+    present = [c for c in columns if c.key in table]
+    rows = [[c.fmt(rec[c.key]) for c in present] for rec in table.to_dict("records")]
+    return [c.title for c in present], rows
+
+
+def html_table(table: pd.DataFrame, columns: Sequence[Column]) -> str:
+    head, rows = cells(table, columns)
+    out = ["<table><thead><tr>", *(f"<th>{html.escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for row in rows:
+        out.append("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(table: pd.DataFrame, columns: Sequence[Column]) -> str:
+    head, rows = cells(table, columns)
+    lines = ["| " + " | ".join(_md_cell(h) for h in head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(_md_cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+STYLE = """
+body { font-family: sans-serif; margin: 2em; max-width: 110em; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: right; }
+th { background: #f0f0f0; }
+td:first-child { font-family: monospace; }
+.note { color: #8a5300; }
+.missing { color: #666; font-style: italic; }
+img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+"""
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    columns: Sequence[Column]
+    table: pd.DataFrame
+    about: str = ""
+
+
+def sections(analysis: Analysis) -> list[Section]:
+    stats = analysis.stats
+    has_accuracy = "evaluations" in stats and bool((stats["evaluations"] > 0).any())
+    out = [
+        Section("Scaling", SCALING, stats, "t_iter: median over timed iterations of the slowest rank's time. "
+                "Efficiency is weak (same per-rank batch) or strong (same global batch) as labelled."),
+        Section("Phases", PHASE_TABLE, stats, "Mean seconds per iteration over ranks and timed iterations."),
+        Section("Training time, testing time, accuracy, CPU and memory", SEED002, stats,
+                "As in Wu et al.'s tables: CPU % of the node (sysstat), memory = RSS per rank."),
+        Section("Performance model: predicted beside measured", PREDICTION, analysis.predictions,
+                "Fitted on each configuration's smallest runs (calibration rows, in-sample) and predicted for the "
+                "others; error = (predicted − measured) / measured."),
+        Section("Repeats (seeds): mean and 95 % confidence interval", REPEATS, analysis.repeats),
+    ]  # fmt: skip
+    if has_accuracy:
+        out.insert(3, Section("Accuracy and time to accuracy", ACCURACY, stats))
+    return out
+
+
+def figure_list(analysis: Analysis) -> list[tuple[str, figures.FigureMaker]]:
+    s, p, e = analysis.stats, analysis.predictions, analysis.evaluations
+    return [
+        ("Throughput vs ranks", lambda: figures.throughput(s)),
+        ("Scaling efficiency vs ranks", lambda: figures.efficiency(s)),
+        ("Phase breakdown", lambda: figures.phases(s)),
+        ("Load-imbalance factor", lambda: figures.lif(s)),
+        ("Communication share", lambda: figures.comm_share(s)),
+        ("Resource use", lambda: figures.resources(s)),
+        ("Predicted vs measured", lambda: figures.predicted_vs_measured(p)),
+        ("Accuracy vs training time", lambda: figures.accuracy_vs_time(e, s)),
+    ]
+
+
+def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
+    title = f"hpcbench report: {analysis.directory.name}"
+    created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<link rel="icon" href="data:,">',  # no favicon request: the page needs nothing outside itself
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
+    ]
+    if analysis.warnings or analysis.notes:
+        out.append("<h2>Notes</h2><ul>")
+        out += [f'<li class="note">{html.escape(w)}</li>' for w in [*analysis.warnings, *analysis.notes]]
+        out.append("</ul>")
+    out.append("<h2>Figures</h2>")
+    for name, data in images:
+        out.append(f"<h3>{html.escape(name)}</h3>")
+        if data is None:
+            out.append('<p class="missing">No data for this figure in this sweep.</p>')
+        else:
+            out.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    for section in sections(analysis):
+        out.append(f"<h2>{html.escape(section.title)}</h2>")
+        if section.about:
+            out.append(f"<p>{html.escape(section.about)}</p>")
+        out.append(html_table(section.table, section.columns))
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
+    out = [f"# hpcbench report: {analysis.directory.name}", "", f"{len(analysis.stats)} points.", ""]
+    for note in [*analysis.warnings, *analysis.notes]:
+        out.append(f"- note: {_md_cell(note)}")
+    missing = [name for name, data in images if data is None]
+    if missing:
+        out += ["", "Figures left out (no data): " + ", ".join(missing) + "."]
+    for section in sections(analysis):
+        out += ["", f"## {section.title}", ""]
+        if section.about:
+            out += [section.about, ""]
+        out.append(markdown_table(section.table, section.columns))
+    return "\n".join(out) + "\n"
+
+
+CSV_TABLES = ("points", "stats", "repeats", "predictions", "evaluations")
+
+
+def write_report(analysis: Analysis) -> list[Path]:
+    """Write report.html, report.md and the CSV tables into the sweep directory; returns the paths."""
+    images = []
+    for name, make in figure_list(analysis):
+        fig = make()
+        images.append((name, figures.png_base64(fig) if fig is not None else None))
+    directory = analysis.directory
+    written = []
+    for name in CSV_TABLES:
+        path = directory / f"{name}.csv"
+        write_text_atomic(path, getattr(analysis, name).to_csv(index=False))
+        written.append(path)
+    md = directory / "report.md"
+    write_text_atomic(md, render_markdown(analysis, images))
+    page = directory / "report.html"
+    write_text_atomic(page, render_html(analysis, images))
+    return [page, md, *written]

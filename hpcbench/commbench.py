@@ -1,0 +1,245 @@
+"""`python -m hpcbench.commbench`: all-reduce time and bandwidth over message sizes.
+
+    mpirun -n 4 python -m hpcbench.commbench [--sizes 4K,64K,1M,16M] [--iters 20] [--warmup 5] [-o FILE.h5]
+
+Runs under any launcher: with an MPI launcher (mpirun, srun --mpi=pmix) it uses mpi4py's
+`Allreduce` on numpy float32 buffers; under torchrun (no MPI) it uses torch.distributed
+over gloo. Each rank times `iters` back-to-back all-reduces of each size after a barrier;
+the reported time per operation is the ranks' average (as nccl-tests reports it by
+default; `--average` picks min, max or rank 0 instead). Bandwidths as nccl-tests defines
+them: algbw = bytes / time, busbw = algbw · 2(N−1)/N for all-reduce. Rank 0 prints the
+table and writes the HDF5 file (layout: hpcbench.analysis.commfile), which
+`python -m hpcbench.analyze report DIR --commbench FILE` fits α and β on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+import numpy as np
+
+import hpcbench
+from hpcbench import rankenv, textable
+from hpcbench.analysis.commfile import KIND, RESULT_DTYPE, VERSION
+from hpcbench.analysis.model import bus_bandwidth
+from hpcbench.errors import HpcbenchError, one_line
+
+PROG = "hpcbench.commbench"
+DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M"
+ELEMENT = np.dtype(np.float32)
+AVERAGES = ("avg", "min", "max", "rank0")
+_SIZE = re.compile(r"(\d+)([KMG]?)(I?B)?", re.IGNORECASE)
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+class UsageError(HpcbenchError):
+    exit_code = 2
+
+
+def parse_sizes(text: str) -> list[int]:
+    """'4K,1M,100' -> bytes (K, M, G are powers of 1024), each a multiple of 4 (float32 elements)."""
+    sizes = []
+    for part in text.split(","):
+        m = _SIZE.fullmatch(part.strip())
+        if not m:
+            raise UsageError(f"--sizes: {part.strip()!r} is not a size (allowed: bytes like 4096, 4K, 1M, 1G)")
+        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
+        if n < ELEMENT.itemsize or n % ELEMENT.itemsize:
+            raise UsageError(f"--sizes: {part.strip()} is not a positive multiple of {ELEMENT.itemsize} bytes")
+        sizes.append(n)
+    return sizes
+
+
+class _Collectives(Protocol):
+    """The few operations the benchmark needs, from MPI or from torch.distributed."""
+
+    rank: int
+    size: int
+    backend: str
+
+    def allreduce(self, send: np.ndarray, recv: np.ndarray) -> None: ...
+
+    def barrier(self) -> None: ...
+
+    def gather_float(self, value: float) -> list[float]: ...
+
+    def allgather_str(self, value: str) -> list[str]: ...
+
+
+class _Mpi:
+    def __init__(self) -> None:
+        from mpi4py import MPI
+
+        self._mpi = MPI
+        self._comm = MPI.COMM_WORLD
+        self.rank, self.size, self.backend = self._comm.Get_rank(), self._comm.Get_size(), "mpi"
+
+    def allreduce(self, send: np.ndarray, recv: np.ndarray) -> None:
+        self._comm.Allreduce(send, recv, op=self._mpi.SUM)
+
+    def barrier(self) -> None:
+        self._comm.Barrier()
+
+    def gather_float(self, value: float) -> list[float]:
+        return [float(v) for v in self._comm.allgather(value)]
+
+    def allgather_str(self, value: str) -> list[str]:
+        return [str(v) for v in self._comm.allgather(value)]
+
+
+class _Gloo:
+    def __init__(self, renv: rankenv.RankEnv) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._torch, self._dist = torch, dist
+        dist.init_process_group("gloo", rank=renv.rank, world_size=renv.size)
+        self.rank, self.size, self.backend = renv.rank, renv.size, "gloo"
+
+    def allreduce(self, send: np.ndarray, recv: np.ndarray) -> None:
+        tensor = self._torch.from_numpy(recv)
+        np.copyto(recv, send)
+        self._dist.all_reduce(tensor)
+
+    def barrier(self) -> None:
+        self._dist.barrier()
+
+    def gather_float(self, value: float) -> list[float]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, value)
+        return [float(v) for v in out]
+
+    def allgather_str(self, value: str) -> list[str]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, value)
+        return [str(v) for v in out]
+
+
+def _collectives(renv: rankenv.RankEnv) -> _Collectives:
+    if renv.mpi or renv.size == 1:
+        return _Mpi()
+    try:
+        return _Gloo(renv)
+    except ImportError:
+        raise HpcbenchError(
+            f"{renv.size} ranks started by {renv.source} without MPI: commbench needs an MPI launcher "
+            "(mpirun, srun --mpi=pmix) or torch for torch.distributed over gloo"
+        ) from None
+
+
+COMBINE: dict[str, Callable[[list[float]], float]] = {
+    "avg": lambda v: float(np.mean(v)),
+    "min": min,
+    "max": max,
+    "rank0": lambda v: v[0],
+}
+
+
+def measure(coll: _Collectives, sizes: Sequence[int], iters: int, warmup: int, average: str) -> np.ndarray:
+    """One RESULT_DTYPE row per size (the same on every rank)."""
+    rows = np.zeros(len(sizes), dtype=RESULT_DTYPE)
+    for i, n_bytes in enumerate(sizes):
+        count = n_bytes // ELEMENT.itemsize
+        send = np.ones(count, dtype=ELEMENT)
+        recv = np.empty_like(send)
+        for _ in range(warmup):
+            coll.allreduce(send, recv)
+        coll.barrier()
+        start = time.perf_counter()
+        for _ in range(iters):
+            coll.allreduce(send, recv)
+        elapsed = (time.perf_counter() - start) / iters
+        if not np.all(recv == coll.size):  # a wrong sum means the timings are of something else
+            raise HpcbenchError(f"all-reduce of {n_bytes} bytes gave a wrong sum; the MPI/gloo setup is broken")
+        times = coll.gather_float(elapsed)
+        t = COMBINE[average](times)
+        algbw, busbw = bus_bandwidth("allreduce", n_bytes, t, coll.size)
+        rows[i] = ("allreduce", coll.size, n_bytes, count, t, min(times), max(times), algbw, busbw)
+    return rows
+
+
+def format_results(rows: np.ndarray) -> str:
+    table = [["size (B)", "count", "type", "time (us)", "min (us)", "max (us)", "algbw (GB/s)", "busbw (GB/s)"]]
+    for r in rows:
+        table.append(
+            [
+                str(int(r["bytes"])), str(int(r["count"])), "float",
+                f"{r['time_s'] * 1e6:.1f}", f"{r['time_min_s'] * 1e6:.1f}", f"{r['time_max_s'] * 1e6:.1f}",
+                f"{r['algbw'] / 1e9:.3f}", f"{r['busbw'] / 1e9:.3f}",
+            ]
+        )  # fmt: skip
+    return textable.render(table, right=True)
+
+
+def write_results(path: Path, rows: np.ndarray, attrs: dict[str, Any]) -> None:
+    """Write the file whole or not at all (temporary name in the same directory, then rename)."""
+    import h5py
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        with h5py.File(tmp, "w") as f:
+            for key, value in attrs.items():
+                is_text_list = isinstance(value, list) and all(isinstance(v, str) for v in value)
+                f.attrs[key] = np.array(value, dtype=h5py.string_dtype()) if is_text_list else value
+            f.create_dataset("results", data=rows)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="All-reduce time, algbw and busbw.")
+    p.add_argument(
+        "--sizes", default=DEFAULT_SIZES, help=f"message sizes in bytes, K/M/G = 1024^n (default {DEFAULT_SIZES})"
+    )
+    p.add_argument("--iters", type=int, default=20, help="timed operations per size (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed operations before them (default 5)")
+    p.add_argument("--average", choices=AVERAGES, default="avg", help="how the ranks' times combine (default avg)")
+    p.add_argument("-o", "--output", help="HDF5 file to write (rank 0)")
+    p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
+    args = p.parse_args(argv)
+    try:
+        sizes = parse_sizes(args.sizes)
+        if args.iters < 1 or args.warmup < 0:
+            raise UsageError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
+        renv = rankenv.detect()
+        coll = _collectives(renv)
+        rows = measure(coll, sizes, args.iters, args.warmup, args.average)
+        hosts = coll.allgather_str(renv.hostname)
+        if coll.rank == 0:
+            print(f"# all-reduce, {coll.size} ranks on {len(set(hosts))} hosts, {coll.backend}, "
+                  f"time = {args.average} over ranks", file=out)  # fmt: skip
+            print(format_results(rows), file=out)
+            if args.output:
+                attrs = {
+                    "kind": KIND, "version": VERSION, "ranks": coll.size, "hostnames": hosts,
+                    "backend": coll.backend, "average": args.average, "iterations": args.iters,
+                    "warmup": args.warmup, "launcher": renv.source, "hpcbench_version": hpcbench.__version__,
+                    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                }  # fmt: skip
+                write_results(Path(args.output), rows, attrs)
+                print(f"wrote {args.output}", file=out)
+        coll.barrier()
+        return 0
+    except HpcbenchError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

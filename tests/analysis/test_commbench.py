@@ -1,0 +1,89 @@
+"""`python -m hpcbench.commbench` under real mpirun ranks, its HDF5 file, and α–β fitted on it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+
+from hpcbench.analysis import commfile
+from hpcbench.analysis.model import ring_allreduce
+from hpcbench.errors import HpcbenchError
+from tests.conftest import ROOT, run_module
+
+pytestmark = pytest.mark.mpi
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+SIZES = [4096, 65536, 1 << 20]
+
+
+def commbench(n: int, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "hpcbench.commbench",
+            "--sizes", "4K,64K,1M", "--iters", "10", "--warmup", "2", "-o", str(out), *args]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, **MPI_ENV})
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    base = tmp_path_factory.mktemp("commbench")
+    out = {}
+    for n in (2, 3):
+        path = base / f"ranks {n}; x.h5"  # a path that would break a shell
+        proc = commbench(n, path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"all-reduce, {n} ranks on 1 hosts, mpi" in proc.stdout
+        assert proc.stdout.count("\n") >= 2 + len(SIZES)  # header, title row and one row per size
+        out[n] = path
+    return out
+
+
+def test_results_as_nccl_tests_defines_them(files: dict[int, Path]) -> None:
+    for n, path in files.items():
+        rows = commfile.read_commbench(path)
+        assert rows["bytes"].tolist() == SIZES
+        assert rows["count"].tolist() == [s // 4 for s in SIZES]
+        assert (rows["ranks"] == n).all()
+        assert (rows["op"] == "allreduce").all()
+        assert (rows["time_min_s"] <= rows["time_s"]).all() and (rows["time_s"] <= rows["time_max_s"]).all()
+        assert rows["algbw"].to_numpy() == pytest.approx((rows["bytes"] / rows["time_s"]).to_numpy())
+        assert rows["busbw"].to_numpy() == pytest.approx(rows["algbw"].to_numpy() * 2 * (n - 1) / n)
+        with h5py.File(path, "r") as f:
+            assert f.attrs["ranks"] == n
+            assert f.attrs["average"] == "avg"
+            assert len(f.attrs["hostnames"]) == n
+
+
+def test_link_fitted_over_rank_counts_reproduces_the_measurements(files: dict[int, Path]) -> None:
+    link = commfile.link_from_commbench(list(files.values()))
+    assert link.alpha >= 0 and link.beta > 0
+    for n, path in files.items():
+        rows = commfile.read_commbench(path)
+        largest = rows.iloc[-1]  # 1 MiB: bandwidth-bound, where the α–β line must be close
+        predicted = ring_allreduce(float(largest["bytes"]), n, link)
+        assert predicted == pytest.approx(float(largest["time_s"]), rel=0.6)
+
+
+def test_bad_sizes_exit_2_with_one_line(tmp_path: Path) -> None:
+    for sizes, message in (("4K,abc", "'abc' is not a size"), ("6", "not a positive multiple of 4 bytes")):
+        res = run_module("hpcbench.commbench", "--sizes", sizes, env=MPI_ENV)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hpcbench.commbench: error: --sizes:") and message in lines[0]
+
+
+def test_single_process_and_foreign_file(tmp_path: Path) -> None:
+    out = tmp_path / "one.h5"
+    res = run_module("hpcbench.commbench", "--sizes", "1K", "--iters", "3", "-o", str(out), env=MPI_ENV)
+    assert res.returncode == 0, res.stderr
+    assert commfile.read_commbench(out)["ranks"].tolist() == [1]
+    with pytest.raises(HpcbenchError, match="no all-reduce between >= 2 ranks"):
+        commfile.link_from_commbench([out])
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = [1]
+    with pytest.raises(HpcbenchError, match="not a commbench file"):
+        commfile.read_commbench(foreign)
