@@ -1,0 +1,520 @@
+"""TensorFlow 2 (Keras 3): MultiWorkerMirroredStrategy, parameter servers, Horovod.
+
+Every backend runs the same custom training loop (no `model.fit`), with the same phase
+boundaries:
+
+- data: the next batch of this rank's shard (numpy; images already channels-last: the
+  NCHW arrays of `hpcbench.data` are transposed once, in `build`, not per step);
+- h2d: the batch becomes TensorFlow tensors (a copy on CPU, to the device on GPU);
+- forward, backward, comm, update: one compiled `tf.function` (a `GradientTape` inside),
+  as TensorFlow runs a training step natively: forward, backward, the gradient messages,
+  the optimizer step.
+
+Marks inside the compiled step come from the graph itself: `tf.timestamp` ops ordered by
+control dependencies stamp the end of forward (the loss is computed; backward is made to
+start after that stamp), the end of backward (every gradient is ready), and each message's
+begin (its gradients are ready; the message op waits for the stamp) and end (its result is
+there). The function returns them with the loss; they are turned into phase marks and comm
+events after the step's last mark, between steps' work. Nothing waits for a mark, and a
+message may overlap backward where packing allows (`bytes_per_pack`), as in the strategy.
+`backward` lasts until the last gradient is ready, `comm` is the exchange still outstanding
+after that, `comm_total` the messages' summed durations, `update` the optimizer step (and
+the function's return). The stamps are on the wall clock (0.24 us resolution at today's
+epoch), mapped to the recorder's clock with one pair of clock reads per step.
+
+Splitting the step into separately called functions instead (forward under an eager tape,
+then `tape.gradient`) made LeNet's forward + backward twice as slow here (the backward of a
+function called under a tape is not optimised with its forward), which is why the marks
+come from inside the graph.
+
+Backends (`extra` options in brackets):
+
+- `multiworker`: `tf.distribute.MultiWorkerMirroredStrategy`, its cluster (`TF_CONFIG`)
+  built from the rank environment, worker ports picked free on each rank and exchanged over
+  the bookkeeping communicator. Variables are created in the strategy's scope (mirrored;
+  initial values broadcast from worker 0 by the strategy). Gradients are averaged with the
+  strategy's collective, `CollectiveReduceV2` (ring over gRPC), called directly so that
+  every message can be timed: gradients are packed in reverse order (last layer first) into
+  packs of about `bytes_per_pack` bytes [default 0: one pack holding every gradient, as the
+  strategy does inside a `tf.function`], each pack one all-reduce of its concatenation.
+- `horovod`: `horovod.tensorflow`; the same packs, each a `hvd.grouped_allreduce` (one
+  fused Horovod message; a one-tensor pack is a plain `hvd.allreduce`). Initial weights are
+  broadcast from rank 0. [`bytes_per_pack` as above.]
+- `ps`: parameter servers; see `_tf_ps.py` for the architecture, the `servers` and `sync`
+  options and what is checked in asynchronous mode.
+
+On GPU, the stamps are host times at which the ops ran on the host: kernel launches are
+asynchronous, so there the split between phases is approximate (the iteration's total is
+not).
+
+Every rank is seeded identically (`point.seed`) so initial weights agree before any
+broadcast. `threads` sets TensorFlow's intra- and inter-op pools (before any op runs).
+`parameter_checksum` covers the trainable weights (the exchanged ones; batch-norm moving
+statistics are per rank, as in the strategy without synchronised batch norm).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ logging, before it is imported
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+
+from hpcbench import data
+from hpcbench import models as zoo
+from hpcbench.comm import Comm
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.rankenv import RankEnv
+from hpcbench.spec import Point
+from hpcbench.trace.recorder import Phase, Recorder
+
+# Collective group of the gradient all-reduces: any key the strategy does not use itself
+# (its own groups count up from 1).
+GROUP_KEY = 0x4842  # "HB"
+EXTRA_KEYS = {
+    "multiworker": ("bytes_per_pack",),
+    "horovod": ("bytes_per_pack",),
+    "ps": ("servers", "sync"),
+}
+MPI_LAUNCHERS = ("mpirun", "srun")
+
+
+def free_port() -> int:
+    """A TCP port free on this host now (the OS picks it; the server binds it moments later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def cluster_hosts(hostnames: Sequence[str]) -> list[str]:
+    """Addresses for the ranks' servers: 'localhost' when every rank is on this host, else each
+    rank's own host name (`socket.gethostname()`, as gathered: Slurm node names need not resolve)."""
+    if len(set(hostnames)) <= 1:
+        return ["localhost"] * len(hostnames)
+    return list(hostnames)
+
+
+def packs(sizes: Sequence[int], bytes_per_pack: int, itemsize: int = 4) -> list[list[int]]:
+    """Indices of the gradients in each message: reverse order (the last layer's gradients
+    are ready first), packs of at least `bytes_per_pack` bytes (0: one pack), as TensorFlow's
+    `group_by_size` packs them."""
+    order = list(range(len(sizes)))[::-1]
+    if bytes_per_pack <= 0:
+        return [order] if order else []
+    out: list[list[int]] = []
+    filled = 0
+    for i in order:
+        if not out or filled > bytes_per_pack:
+            out.append([])
+            filled = 0
+        out[-1].append(i)
+        filled += sizes[i] * itemsize
+    return out
+
+
+def _int_option(point: Point, key: str, default: int, minimum: int) -> int:
+    value = dict(point.extra).get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HpcbenchError(f"extra.{key}: {value!r} is not an integer >= {minimum}")
+    return value
+
+
+@FRAMEWORKS.register
+class TensorFlowFramework(Framework):
+    name = "tensorflow"
+    requires = ("tensorflow",)
+    backends = ("multiworker", "ps", "horovod")
+    backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"horovod": ("horovod.tensorflow",)}
+    models = zoo.NAMES
+    datasets = data.NAMES
+
+    @classmethod
+    def check_point(cls, point: Point) -> Iterable[Problem]:
+        yield from super().check_point(point)
+        allowed = EXTRA_KEYS.get(point.backend, ())
+        for key, value in point.extra:
+            if key not in allowed:
+                yield "extra", f"{key!r} is not an option of tensorflow/{point.backend}", ", ".join(allowed) or "none"
+            elif key == "sync" and not isinstance(value, bool):
+                yield "extra", f"sync: {value!r} is not a boolean", "true, false"
+            elif key != "sync" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                yield "extra", f"{key}: {value!r} is not a non-negative integer", "integers >= 0 (servers >= 1)"
+        if dict(point.extra).get("servers") == 0:
+            yield "extra", "servers: 0 parameter servers", "integers >= 1"
+        if point.backend in ("multiworker", "ps") and point.launcher not in MPI_LAUNCHERS:
+            yield (
+                "launcher",
+                f"tensorflow/{point.backend} exchanges its cluster addresses over MPI",
+                ", ".join(MPI_LAUNCHERS),
+            )
+        if point.backend == "horovod" and point.launcher not in (*MPI_LAUNCHERS, "horovodrun"):
+            yield "launcher", "tensorflow/horovod runs under an MPI or Horovod launcher", "mpirun, srun, horovodrun"
+
+    def __init__(self) -> None:
+        self._comm: Comm | None = None  # the job's bookkeeping communicator (MPI or Horovod)
+        self._own_comm: Comm | None = None  # one made here (Horovod without MPI)
+        self._strategy: Any = None
+        self._hvd: Any = None
+        self._ps: Any = None  # _tf_ps.ParameterServers
+        self.rank = 0
+        self.size = 1
+
+    # ----------------------------------------------------------------------------------
+    # setup: the distributed runtime
+
+    def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        import tensorflow as tf
+
+        threads = point.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
+        threads = threads or max(1, (os.cpu_count() or 1) // max(renv.local_size, 1))
+        # Before any op runs: the pools are created with the first op and fixed after that.
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+        self.threads = threads
+        if point.device == "cuda":
+            gpus = tf.config.list_physical_devices("GPU")
+            if gpus:
+                gpu = gpus[renv.local_rank % len(gpus)]
+                tf.config.set_visible_devices([gpu], "GPU")
+                tf.config.experimental.set_memory_growth(gpu, True)
+        else:
+            tf.config.set_visible_devices([], "GPU")
+        self._comm = comm
+        self.rank, self.size = renv.rank, renv.size
+        self._point = point
+
+        if point.backend == "horovod":
+            import horovod.tensorflow as hvd
+
+            hvd.init()
+            self._hvd = hvd
+            self.rank, self.size = hvd.rank(), hvd.size()
+            if comm is None:
+                from hpcbench.frameworks._horovod import HorovodComm
+
+                self._own_comm = self._comm = HorovodComm(hvd)
+            return
+
+        if comm is None:
+            raise HpcbenchError(f"tensorflow/{point.backend} needs an MPI launcher (mpirun, srun) to build its cluster")
+        self.rank, self.size = comm.rank, comm.size
+        if point.backend == "multiworker":
+            self._strategy = self._multiworker(comm)
+        elif point.backend == "ps":
+            from hpcbench.frameworks import _tf_ps
+
+            servers = _int_option(point, "servers", 1, 1)
+            sync = bool(dict(point.extra).get("sync", False))
+            self._ps = _tf_ps.ParameterServers(comm, renv, servers, sync, threads)
+        else:
+            raise HpcbenchError(f"unknown tensorflow backend {point.backend!r}")
+
+    def _multiworker(self, comm: Comm) -> Any:
+        import json
+
+        import tensorflow as tf
+
+        if comm.size > 1:
+            gathered = comm.allgather((socket.gethostname(), free_port()))
+            hosts = cluster_hosts([h for h, _ in gathered])
+            workers = [f"{host}:{port}" for host, (_, port) in zip(hosts, gathered, strict=True)]
+            tf_config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": comm.rank}}
+            os.environ["TF_CONFIG"] = json.dumps(tf_config)
+        else:
+            os.environ.pop("TF_CONFIG", None)  # one worker: a local strategy
+        options = tf.distribute.experimental.CommunicationOptions(
+            implementation=tf.distribute.experimental.CommunicationImplementation.RING
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+    def bookkeeping_comm(self) -> Comm | None:
+        return self._own_comm
+
+    # ----------------------------------------------------------------------------------
+    # build: model, optimizer, data, compiled functions
+
+    def build(self, point: Point) -> None:
+        import keras
+        import tensorflow as tf
+
+        from hpcbench.frameworks import _tf_models
+
+        tree = model_for(point)
+        self.tree = tree
+        shard = shard_for(point, tree, self.rank, self.size)
+        # Channels-last once, here, for the whole shard: the step's data phase stays a view.
+        self.train = self._nhwc(shard.train)
+        self.test = self._nhwc(shard.test)
+        self.batches = data.Batches(
+            self.train, point.batch_size, point.seed, self.rank, shuffle=point.dataset != "synthetic"
+        )
+        self.batch_size = point.batch_size
+        keras.utils.set_random_seed(point.seed)  # the same initial weights on every rank
+
+        if self._strategy is not None:
+            with self._strategy.scope():
+                self.model = _tf_models.build(tree)
+                self.optimizer = self._optimizer(point)
+                self.optimizer.build(self.model.trainable_variables)
+        else:
+            self.model = _tf_models.build(tree)
+            self.optimizer = self._optimizer(point)
+            self.optimizer.build(self.model.trainable_variables)
+        self.variables = list(self.model.trainable_variables)
+        sizes = [int(np.prod(v.shape)) for v in self.variables]
+
+        if tree.task == "classify":
+            loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+            def loss_fn(x: Any, y: Any, out: Any) -> Any:
+                return loss_obj(y, out)
+        else:
+            mse = keras.losses.MeanSquaredError()
+
+            def loss_fn(x: Any, y: Any, out: Any) -> Any:
+                return mse(tf.reshape(x, (tf.shape(x)[0], -1)), out)
+
+        self._loss_fn = loss_fn
+        model = self.model
+
+        def predict(x: Any) -> Any:
+            return model(x, training=False)
+
+        self._predict = tf.function(predict, reduce_retracing=True)
+        x_spec = tf.TensorSpec((point.batch_size, *self.train.x.shape[1:]), tf.float32)
+        y_spec = tf.TensorSpec((point.batch_size,), tf.int64)
+        if self._ps is not None:
+            capacity = point.iterations_for(self.batches.steps_per_epoch)
+            self._ps.attach(self.model, loss_fn, x_spec, y_spec, point, capacity)
+            return
+
+        bytes_per_pack = _int_option(point, "bytes_per_pack", 0, 0)
+        groups = packs(sizes, bytes_per_pack)
+        names = [v.path for v in self.variables]
+        self.messages = Messages(
+            op=["allreduce"] * len(groups),
+            name=[names[g[0]] if len(g) == 1 else f"pack{k}" for k, g in enumerate(groups)],
+            nbytes=[4 * sum(sizes[i] for i in g) for g in groups],
+        )
+        exchange: Callable[[int, list[Any]], list[Any]]
+        if self._hvd is not None:
+            # Horovod does not broadcast by itself (Keras 3: its variables' `value` are the tf.Variables).
+            self._hvd.broadcast_variables([v.value for v in self.model.variables], root_rank=0)
+            exchange = self._hvd_pack
+        else:
+            exchange = self._collective_pack(len(groups))
+        self._train = _all_reduce_step(model, self.optimizer, self.variables, loss_fn, groups, exchange, x_spec, y_spec)
+
+    @staticmethod
+    def _nhwc(split: data.Split) -> data.Split:
+        if split.x.ndim != 4:
+            return split
+        return data.Split(np.ascontiguousarray(split.x.transpose(0, 2, 3, 1)), split.y)
+
+    @staticmethod
+    def _optimizer(point: Point) -> Any:
+        import keras
+
+        if point.optimizer == "adam":
+            return keras.optimizers.Adam(point.lr)
+        return keras.optimizers.SGD(point.lr, momentum=0.9 if point.optimizer == "momentum" else 0.0)
+
+    def _collective_pack(self, n_packs: int) -> Callable[[int, list[Any]], list[Any]]:
+        """Graph code averaging one pack over every worker: one `CollectiveReduceV2` (the
+        strategy's all-reduce) of the pack's concatenation."""
+        import tensorflow as tf
+
+        size = self.size
+        # Instance keys must be unique per collective and equal on every worker: a counter
+        # advanced inside the graph (no per-step host work), n_packs per step.
+        counter = tf.Variable(0, dtype=tf.int32, trainable=False, name="hpcbench_instance_key")
+
+        def allreduce(k: int, grads: list[Any]) -> list[Any]:
+            if k == 0:
+                counter.assign_add(n_packs)
+            key = counter.read_value() - n_packs + (k + 1)
+            flat = tf.concat([tf.reshape(g, [-1]) for g in grads], 0) if len(grads) > 1 else tf.reshape(grads[0], [-1])
+            reduced = tf.raw_ops.CollectiveReduceV2(
+                input=flat, group_size=size, group_key=GROUP_KEY, instance_key=key, ordering_token=[],
+                merge_op="Add", final_op="Div", communication_hint="ring", timeout_seconds=0.0,
+            )  # fmt: skip
+            parts = tf.split(reduced, [int(np.prod(g.shape)) for g in grads]) if len(grads) > 1 else [reduced]
+            return [tf.reshape(p, g.shape) for p, g in zip(parts, grads, strict=True)]
+
+        return allreduce
+
+    def _hvd_pack(self, k: int, grads: list[Any]) -> list[Any]:
+        """Graph code averaging one pack with Horovod: one fused message (grouped all-reduce)."""
+        hvd = self._hvd
+        if len(grads) == 1:
+            return [hvd.allreduce(grads[0], op=hvd.Average, name=f"hpcbench.grad.{k}")]
+        return list(hvd.grouped_allreduce(grads, op=hvd.Average, name=f"hpcbench.pack.{k}"))
+
+    # ----------------------------------------------------------------------------------
+    # the timed step
+
+    def step(self, rec: Recorder) -> Any:
+        import tensorflow as tf
+
+        x, y = self.batches.next()
+        rec.mark(Phase.DATA)
+        xt = tf.constant(x)
+        yt = tf.constant(y)
+        rec.mark(Phase.H2D)
+        # One compiled graph: forward, backward, exchange, update, as TensorFlow runs a
+        # training step natively. Its phase boundaries come back as timestamps taken inside
+        # the graph (`tf.timestamp` ops ordered by control dependencies), so nothing waits
+        # for a mark and the exchange may overlap backward where packing allows it.
+        if self._ps is not None:
+            return self._ps.step(rec, xt, yt)
+        loss, stamps = self._train(xt, yt)
+        rec.mark(Phase.UPDATE)
+        self.messages.record(rec, stamps.numpy())
+        return loss
+
+    def steps_per_epoch(self) -> int:
+        return self.batches.steps_per_epoch
+
+    # ----------------------------------------------------------------------------------
+    # after training
+
+    def evaluate(self) -> Evaluation | None:
+        import tensorflow as tf
+
+        correct = total = 0
+        loss_sum = 0.0
+        n = 0
+        for x, y in data.eval_batches(self.test, self.batch_size):
+            xt, yt = tf.constant(x), tf.constant(y)
+            out = self._predict(xt)
+            loss_sum += float(self._loss_fn(xt, yt, out)) * len(y)
+            n += len(y)
+            if self.tree.task == "classify":
+                correct += int(np.sum(np.argmax(out.numpy(), axis=1) == y))
+                total += len(y)
+        return Evaluation(correct, total, loss_sum / max(n, 1))
+
+    def parameter_checksum(self) -> float:
+        return checksum(v.numpy() for v in self.variables)
+
+    def versions(self) -> dict[str, str]:
+        import keras
+        import tensorflow as tf
+
+        out = {
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "tf_backend": self._point.backend,
+            "tf_intra_op_threads": str(tf.config.threading.get_intra_op_parallelism_threads()),
+            "tf_inter_op_threads": str(tf.config.threading.get_inter_op_parallelism_threads()),
+        }
+        if self._strategy is not None:
+            out["tf_strategy"] = type(self._strategy).__name__
+        if self._hvd is not None:
+            import horovod
+
+            out["horovod"] = horovod.__version__
+            out["horovod_controller"] = "mpi" if self._hvd.mpi_enabled() and self._hvd.mpi_built() else "gloo"
+        if self._ps is not None:
+            out.update(self._ps.describe())
+        return out
+
+    def teardown(self) -> None:
+        # Every rank's last collective has returned, but a peer may still be reading the
+        # last chunk from this rank's server: leave together.
+        if self._comm is not None and self.size > 1:
+            self._comm.barrier()
+        if self._ps is not None:
+            self._ps.close()
+        if self._hvd is not None:
+            self._hvd.shutdown()
+
+
+class Messages:
+    """The messages of one step (fixed at build) and how their in-graph timestamps become
+    phase marks and comm events.
+
+    `stamps` (seconds on the wall clock, float64, ~0.24 us resolution at today's epoch):
+    [forward end, backward end, begin of message 0..n-1, end of message 0..n-1].
+    """
+
+    def __init__(self, op: Sequence[str], name: Sequence[str], nbytes: Sequence[int]) -> None:
+        self.op = list(op)
+        self.name = list(name)
+        self.nbytes = list(nbytes)
+        self.n = len(self.op)
+
+    def record(self, rec: Recorder, stamps: np.ndarray) -> None:
+        # Wall clock -> perf_counter_ns: one pair of reads per step (the two clocks drift
+        # apart slowly, so the offset is not cached).
+        offset = time.time_ns() - time.perf_counter_ns()
+        ns = (stamps * 1e9).astype(np.int64) - offset
+        n = self.n
+        begins, ends = ns[2 : 2 + n], ns[2 + n :]
+        rec.mark_at(Phase.FORWARD, int(ns[0]))
+        backward = int(ns[1])
+        rec.mark_at(Phase.BACKWARD, backward)
+        if n:
+            rec.mark_at(Phase.COMM, max(backward, int(ends.max())))
+            rec.add_comm(int((ends - begins).sum()))
+        comm = rec.comm
+        if comm is not None:
+            iteration = rec.iteration
+            for k in range(n):
+                slot = comm.begin(iteration, self.op[k], self.name[k], "float32", self.nbytes[k], int(begins[k]))
+                comm.end(slot, int(ends[k]))
+
+
+def _all_reduce_step(
+    model: Any,
+    optimizer: Any,
+    variables: list[Any],
+    loss_fn: Callable[[Any, Any, Any], Any],
+    groups: list[list[int]],
+    exchange: Callable[[int, list[Any]], list[Any]],
+    x_spec: Any,
+    y_spec: Any,
+) -> Callable[[Any, Any], tuple[Any, Any]]:
+    """The compiled training step of the all-reduce backends: loss and timestamps."""
+    import tensorflow as tf
+
+    def train(x: Any, y: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            loss = loss_fn(x, y, model(x, training=True))
+        with tf.control_dependencies([loss]):
+            t_forward = tf.timestamp()
+        # Backward starts from a seed gradient that waits for the forward stamp: otherwise
+        # the scheduler may run backward before the (cheap, unneeded) loss reduction, and
+        # the stamp would land after it.
+        with tf.control_dependencies([t_forward]):
+            seed = tf.ones_like(loss)
+        grads = tape.gradient(loss, variables, output_gradients=seed)
+        with tf.control_dependencies(grads):
+            t_backward = tf.timestamp()
+        reduced: list[Any] = [None] * len(variables)
+        begins, ends = [], []
+        for k, group in enumerate(groups):
+            pack = [grads[i] for i in group]
+            with tf.control_dependencies(pack):  # the pack is ready: its message starts
+                t0 = tf.timestamp()
+            with tf.control_dependencies([t0]):
+                out = exchange(k, [tf.identity(g) for g in pack])
+            with tf.control_dependencies(out):
+                t1 = tf.timestamp()
+            begins.append(t0)
+            ends.append(t1)
+            for i, r in zip(group, out, strict=True):
+                reduced[i] = r
+        optimizer.apply_gradients(zip(reduced, variables, strict=True))
+        return loss, tf.stack([t_forward, t_backward, *begins, *ends])
+
+    compiled: Callable[[Any, Any], tuple[Any, Any]] = tf.function(train, input_signature=[x_spec, y_spec])
+    return compiled

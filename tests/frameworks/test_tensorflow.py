@@ -1,0 +1,273 @@
+"""TensorFlow 2 (Keras 3) through every backend on real ranks, in the `modern` environment:
+MultiWorkerMirroredStrategy, parameter servers (real server processes) and Horovod.
+
+Sweeps run through the real sweep CLI under the modern interpreter (the sweep checks that a
+point's framework imports in the interpreter that runs it; TensorFlow exists only in
+`modern`), and their point files are read back here. Tests skip when the environment is not
+built, unless HPCBENCH_REQUIRE_ENVS is set (CI): then they fail.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import psutil  # type: ignore[import-untyped]
+import pytest
+
+from hpcbench import envs, models
+from hpcbench.errors import HpcbenchError
+from hpcbench.store.reader import PointData, read_point
+from tests.conftest import ROOT, spec_text
+
+pytestmark = pytest.mark.mpi
+
+ITERATIONS, WARMUP = 20, 1
+RANKS = 2
+ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+@functools.cache
+def _probe(*modules: str) -> tuple[Path | None, str]:
+    """(interpreter, '') if the modern environment is built and imports `modules`, else
+    (None, why). Asked once per set of modules: importing TensorFlow takes seconds."""
+    try:
+        exe = envs.python("modern")
+    except HpcbenchError as exc:
+        return None, str(exc)
+    probe = subprocess.run(
+        [str(exe), "-c", "; ".join(f"import {m}" for m in modules)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **ENV},
+    )
+    if probe.returncode != 0:
+        return None, f"the modern environment cannot import {modules}: {probe.stderr.strip()[-300:]}"
+    return exe, ""
+
+
+def modern(*modules: str) -> Path:
+    """The modern interpreter, if it is built and imports TensorFlow and `modules`; else skip
+    (fail when HPCBENCH_REQUIRE_ENVS is set)."""
+    exe, why = _probe("tensorflow", *modules)
+    if exe is None:
+        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
+            pytest.fail(f"{why} (HPCBENCH_REQUIRE_ENVS is set)")
+        pytest.skip(f"needs the modern environment (bash envs/build.sh modern): {why}")
+    return exe
+
+
+def run_sweep(exe: Path, write_spec: Callable[..., Path], out: Path, text: str) -> list[PointData]:
+    res = subprocess.run(
+        [str(exe), "-m", "hpcbench.sweep", str(write_spec(text)), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={**os.environ, **ENV},
+    )
+    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
+    return [read_point(p) for p in sorted(out.glob("*.h5"))]
+
+
+def spec(backend: str, matrix: dict[str, list[object]] | None = None, **fixed: object) -> str:
+    fields: dict[str, object] = dict(
+        framework="tensorflow", backend=backend, env="modern", ranks_per_node=RANKS, model="mlp", batch_size=32,
+        iterations=ITERATIONS, warmup=WARMUP, optimizer="momentum", lr=0.01, threads=1,
+    )  # fmt: skip
+    fields.update(fixed)
+    return spec_text(f"tf-{backend}", matrix or {"backend": [backend]}, **fields)
+
+
+def gradient_bytes(data: PointData) -> int:
+    return 4 * models.count_parameters(models.model(data.point.model))
+
+
+def check_phases(data: PointData) -> None:
+    """Every rank wrote every iteration, with every phase of the loop."""
+    point = data.point
+    assert data.complete
+    it = data.iterations
+    assert it.shape == (point.ranks, point.iterations + point.warmup)
+    for phase in ("data", "h2d", "forward", "backward", "comm", "update"):
+        assert (it[phase] > 0).all(), (point.backend, phase)
+    assert (it["comm_total"] > 0).all()
+    phases = sum(it[p] for p in ("data", "h2d", "forward", "backward", "comm", "update"))
+    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all(), "phases are disjoint parts of the iteration"
+    assert np.isfinite(it["loss"]).all()
+    assert data.provenance["tensorflow"] == "2.21.0"
+    assert data.provenance["keras"].startswith("3.")
+    assert data.provenance["tf_intra_op_threads"] == "1"
+
+
+def check_messages(data: PointData, ops: tuple[str, ...]) -> None:
+    """Per rank, iteration and op, the messages carry exactly the model's gradient bytes,
+    and they lie inside the iteration: after forward, by the end of the comm phase."""
+    comm, it = data.comm, data.iterations
+    assert set(comm["op"].tolist()) == {op.encode() for op in ops}
+    for rank in range(data.point.ranks):
+        for i in range(it.shape[1]):
+            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
+            for op in ops:
+                assert int(mine["bytes"][mine["op"] == op.encode()].sum()) == gradient_bytes(data), (rank, i, op)
+            assert (mine["t_end"] >= mine["t_start"]).all()
+            row = it[rank, i]
+            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
+            comm_ends = backward_begins + row["backward"] + row["comm"]
+            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (rank, i)
+            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (rank, i)
+    # comm_total is the sum of the iteration's message durations
+    for rank in range(data.point.ranks):
+        mine = comm[comm["rank"] == rank]
+        per_iter = np.bincount(mine["iteration"], weights=mine["t_end"] - mine["t_start"], minlength=it.shape[1])
+        assert per_iter == pytest.approx(it["comm_total"][rank], abs=2e-6)
+
+
+def check_learnt(data: PointData) -> float:
+    ev = data.eval
+    assert sorted(ev["rank"].tolist()) == list(range(data.point.ranks))
+    assert (ev["test_time_s"] > 0).all()
+    accuracy = float(ev["correct"].sum() / ev["total"].sum())
+    assert accuracy > 0.9, (data.point.backend, accuracy)
+    loss = data.iterations["loss"]
+    assert loss[:, -5:].mean() < loss[:, :5].mean()
+    return accuracy
+
+
+def same_weights(data: PointData) -> None:
+    checksums = data.eval["param_checksum"]
+    assert np.isfinite(checksums).all()
+    assert len(set(checksums.tolist())) == 1, f"weights differ between ranks: {checksums}"
+
+
+# --------------------------------------------------------------------------------------
+
+
+def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
+    exe = modern()
+    code = (
+        "import json; from hpcbench import models; from hpcbench.frameworks import _tf_models as m\n"
+        "print(json.dumps({n: [m.trainable_count(k := m.build(models.model(n))), list(k.output_shape[1:])]"
+        " for n in models.NAMES}))"
+    )
+    res = subprocess.run(
+        [str(exe), "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT, env={**os.environ, **ENV}
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    built = json.loads(res.stdout.strip().splitlines()[-1])
+    assert sorted(built) == sorted(models.NAMES)
+    for name, (count, out_shape) in built.items():
+        tree = models.model(name)
+        assert count == models.count_parameters(tree), name
+        assert tuple(out_shape) == models.shapes(tree), name
+
+
+def test_multiworker_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    exe = modern()
+    (data,) = run_sweep(exe, write_spec, tmp_path / "sweep", spec("multiworker"))
+    check_phases(data)
+    check_messages(data, ("allreduce",))
+    # default packing: the whole gradient in one all-reduce per iteration
+    assert set(data.comm["name"].tolist()) == {b"pack0"}
+    same_weights(data)
+    check_learnt(data)
+    assert data.provenance["tf_strategy"] == "CollectiveAllReduceStrategy"  # MultiWorkerMirroredStrategy
+
+
+def test_multiworker_packs_and_a_model_without_classes(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    exe = modern()
+    text = spec("multiworker", {"model": ["lenet", "autoencoder"]}, extra={"bytes_per_pack": 40_000}, iterations=6)
+    points = {p.point.model: p for p in run_sweep(exe, write_spec, tmp_path / "sweep", text)}
+    assert sorted(points) == ["autoencoder", "lenet"]
+    for data in points.values():
+        check_phases(data)
+        check_messages(data, ("allreduce",))
+        same_weights(data)
+        # several packs per iteration, the last layers' gradients first
+        per_iteration = np.bincount(data.comm["iteration"][data.comm["rank"] == 0])
+        assert (per_iteration > 1).all(), per_iteration
+    first = points["lenet"].comm[0]
+    assert first["name"] in (b"dense2/bias", b"pack0")  # starts with the output layer
+    # The autoencoder is not a classifier: its test reports the reconstruction loss only.
+    ev = points["autoencoder"].eval
+    assert (ev["total"] == 0).all() and (ev["correct"] == 0).all()
+    assert np.isfinite(ev["loss"]).all() and (ev["loss"] > 0).all()
+
+
+def test_horovod_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    exe = modern("horovod.tensorflow")
+    (data,) = run_sweep(exe, write_spec, tmp_path / "sweep", spec("horovod"))
+    check_phases(data)
+    check_messages(data, ("allreduce",))
+    assert set(data.comm["name"].tolist()) == {b"pack0"}  # one grouped (fused) all-reduce per step
+    same_weights(data)
+    check_learnt(data)
+    assert data.provenance["horovod"] == "0.28.1"
+
+
+def test_horovod_bookkeeping_comm_over_gloo() -> None:
+    """The store's collectives over Horovod's object collectives, with no MPI in the ranks
+    (horovodrun's Gloo controller): what a job started that way uses."""
+    exe = modern("horovod.tensorflow")
+    code = (
+        "import horovod.tensorflow as hvd\n"
+        "from hpcbench.frameworks._horovod import HorovodComm\n"
+        "hvd.init(); c = HorovodComm(hvd); c.barrier()\n"
+        "assert c.mpi_comm is None and not hvd.mpi_enabled()\n"
+        "b = c.bcast({'from': c.rank} if c.rank == 1 else None, root=1)\n"
+        "g = c.gather(('r', c.rank), root=0)\n"
+        "print('HC', c.rank, c.size, b, g, c.allgather(c.rank * 10), flush=True)\n"
+    )
+    env = {**os.environ, **ENV, "PATH": f"{exe.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    res = subprocess.run(
+        [str(exe.parent / "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2", str(exe), "-c", code],
+        capture_output=True, text=True, timeout=240, cwd=ROOT, env=env,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "HC 0 2 {'from': 1} [('r', 0), ('r', 1)] [0, 10]" in res.stdout
+    assert "HC 1 2 {'from': 1} None [0, 10]" in res.stdout
+
+
+def leftover_servers() -> list[int]:
+    """Parameter-server processes still running (their ranks must have ended them)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "hpcbench.frameworks._tf_ps_server" in cmdline:
+            found.append(proc.pid)
+    return found
+
+
+def test_parameter_servers_async_and_sync(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    exe = modern()
+    before = leftover_servers()
+    text = spec("ps", {"extra": [{"sync": False}, {"sync": True, "servers": 2}]})
+    out = tmp_path / "sweep"
+    points = {p.point.as_dict()["extra"].get("sync"): p for p in run_sweep(exe, write_spec, out, text)}
+    assert sorted(points) == [False, True]
+    total = ITERATIONS + WARMUP
+    for sync, data in points.items():
+        check_phases(data)
+        # every rank pushed every gradient and pulled every weight, once per iteration each
+        check_messages(data, ("push", "pull"))
+        check_learnt(data)  # every rank's copy, pulled from the shared weights, learnt the task
+        log = (out / "logs" / f"{data.point.id}.log").read_text()
+        assert data.provenance["ps_mode"] == ("sync" if sync else "async")
+        assert len(data.provenance["ps_cluster"]["ps"]) == (2 if sync else 1)
+        if sync:
+            # one optimizer step per iteration on the servers; every rank then pulled the same version
+            assert f"server version {total} (optimizer steps applied)" in log
+            same_weights(data)
+        else:
+            # Asynchronous: ranks' copies differ (each pulls whatever version the servers hold),
+            # so instead: every push of every rank was applied to the one shared copy.
+            assert f"server version {RANKS * total} (pushes applied)" in log
+            assert "staleness mean" in log
+    assert leftover_servers() == before, "the ranks ended their parameter servers"
