@@ -22,7 +22,7 @@ class RankEnv:
     local_size: int
     node_rank: int
     hostname: str
-    source: str  # which launcher's variables were read: torchrun | openmpi | pmi | slurm | single
+    source: str  # which launcher's variables were read: torchrun | horovod | openmpi | pmi | slurm | single
     mpi: bool  # launched by an MPI-aware launcher: MPI_Init will find its peers
 
     @property
@@ -56,6 +56,13 @@ def detect(env: Mapping[str, str] | None = None, hostname: str | None = None) ->
         local, local_size = _int(env, "LOCAL_RANK", 0), _int(env, "LOCAL_WORLD_SIZE", 1)
         node = _int(env, "GROUP_RANK", rank // max(local_size, 1))
         return RankEnv(rank, size, local, local_size, node, host, "torchrun", mpi=False)
+
+    if "HOROVOD_RANK" in env and "HOROVOD_SIZE" in env and "OMPI_COMM_WORLD_RANK" not in env:
+        # horovodrun with its Gloo controller (with MPI, horovodrun is mpirun: Open MPI's below)
+        rank, size = _int(env, "HOROVOD_RANK", 0), _int(env, "HOROVOD_SIZE", 1)
+        local, local_size = _int(env, "HOROVOD_LOCAL_RANK", 0), _int(env, "HOROVOD_LOCAL_SIZE", 1)
+        node = _int(env, "HOROVOD_CROSS_RANK", rank // max(local_size, 1))
+        return RankEnv(rank, size, local, local_size, node, host, "horovod", mpi=False)
 
     if "OMPI_COMM_WORLD_RANK" in env:
         rank, size = _int(env, "OMPI_COMM_WORLD_RANK", 0), _int(env, "OMPI_COMM_WORLD_SIZE", 1)

@@ -195,3 +195,19 @@ def test_slurm_tasks_per_node_expands_every_node(spec: str, expected: list[int])
 @pytest.mark.parametrize("spec", ["", "x", "2(x)", "2(3)", "2(x3", "(x3)", "2x3", "2(x3),", "-1", "2;1", "1.5"])
 def test_slurm_tasks_per_node_malformed_is_none(spec: str) -> None:
     assert slurm_tasks_per_node(spec, 0) is None
+
+
+def test_horovodrun_gloo_ranks() -> None:
+    env = {
+        "HOROVOD_RANK": "3",
+        "HOROVOD_SIZE": "4",
+        "HOROVOD_LOCAL_RANK": "1",
+        "HOROVOD_LOCAL_SIZE": "2",
+        "HOROVOD_CROSS_RANK": "1",
+    }
+    r = detect(env, hostname="box")
+    assert (r.rank, r.size, r.local_rank, r.local_size, r.node_rank) == (3, 4, 1, 2, 1)
+    assert r.source == "horovod" and not r.mpi
+    # horovodrun over MPI is mpirun: Open MPI's variables win and MPI_Init finds the peers
+    r = detect({**env, "OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4"}, hostname="box")
+    assert r.source == "openmpi" and r.mpi
