@@ -56,8 +56,6 @@ statistics are per rank, as in the strategy without synchronised batch norm).
 from __future__ import annotations
 
 import os
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ logging, before it is imported
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -170,7 +168,7 @@ class TensorFlowFramework(Framework):
     # setup: the distributed runtime
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # TensorFlow's C++ logging, before it is imported
         import tensorflow as tf
 
         threads = point.threads or int(os.environ.get("OMP_NUM_THREADS") or 0)
