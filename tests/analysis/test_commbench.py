@@ -60,7 +60,12 @@ def test_results_as_nccl_tests_defines_them(files: dict[int, Path]) -> None:
 def test_link_fitted_over_rank_counts_reproduces_the_measurements(files: dict[int, Path]) -> None:
     link = commfile.link_from_commbench(list(files.values()))
     assert link.alpha >= 0 and link.beta > 0
-    for n, path in files.items():
+    # Ranks beyond the cores time the scheduler, not the link (3 ranks on 2 cores swing by
+    # 2x from run to run): the model is held to the runs that had a core per rank.
+    dedicated = {n: path for n, path in files.items() if n <= (os.cpu_count() or 1)}
+    link = commfile.link_from_commbench(list(dedicated.values()))
+    assert link.alpha >= 0 and link.beta > 0
+    for n, path in dedicated.items():
         rows = commfile.read_commbench(path)
         largest = rows.iloc[-1]  # 1 MiB: bandwidth-bound, where the α–β line must be close
         predicted = ring_allreduce(float(largest["bytes"]), n, link)
