@@ -149,10 +149,9 @@ def blas() -> Item:
 def _launcher_error(program: str | None, requires: tuple[str, ...]) -> str | None:
     from hpcbench.registry import import_error
 
-    if program and shutil.which(program) is None:
-        here = Path(sys.executable).parent / program
-        if here.exists():
-            return f"{program!r} is not on PATH (this environment has {here}: put its bin/ on PATH)"
+    # As the sweep does: the environment's own scripts (its horovodrun) first, then PATH.
+    search = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    if program and shutil.which(program, path=search) is None:
         return f"{program!r} is not on PATH"
     error = import_error(requires)
     return None if error is None else _short(error)
