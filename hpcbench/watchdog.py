@@ -2,19 +2,18 @@
 
 A rank stuck in a collective waits for a peer forever; the peer may be stuck itself. Every
 rank runs this thread: when no iteration has finished for `timeout_s`, it says so on
-stderr and aborts the whole job (MPI_Abort, or exit under torchrun), so the point ends
-failed with that reason. The training loop only stores a timestamp per iteration.
+stderr (an account, see hpcbench.failures) and aborts the whole job (MPI_Abort, or exit
+under torchrun), so the point ends failed with that reason. The training loop only stores a timestamp per iteration.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 
 from hpcbench.comm import Comm
+from hpcbench.failures import write_account
 
-MESSAGE = "hpcbench.worker: watchdog:"
 EXIT_CODE = 3
 
 
@@ -46,11 +45,11 @@ class Watchdog:
         while not self._stop.wait(period):
             idle = time.monotonic() - self._last
             if idle > self.timeout_s:
-                print(
-                    f"{MESSAGE} rank {self._comm.rank} of point {self._point_id} stalled: no iteration finished "
-                    f"for {idle:.0f} s (limit {self.timeout_s:g} s, last finished iteration {self._iteration})",
-                    file=sys.stderr,
-                    flush=True,
+                write_account(
+                    self._comm.rank,
+                    self._point_id,
+                    f"stalled: no iteration finished for {idle:.0f} s (limit {self.timeout_s:g} s, "
+                    f"last finished iteration {self._iteration})",
                 )
                 self._comm.abort(EXIT_CODE)
                 return

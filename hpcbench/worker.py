@@ -22,6 +22,7 @@ import hpcbench
 from hpcbench import provenance, rankenv
 from hpcbench.comm import Comm, MPIComm, SelfComm
 from hpcbench.errors import HpcbenchError
+from hpcbench.failures import describe, write_account
 from hpcbench.frameworks import FRAMEWORKS, Framework
 from hpcbench.runfile import RunFile
 from hpcbench.store import schema
@@ -197,8 +198,8 @@ def run(run_file: Path) -> None:
         framework.teardown()
         if comm.rank == 0:
             print(f"hpcbench.worker: point {point.id} complete: {point.ranks} ranks, writer {writer.kind}, {out}")
-    except BaseException:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
-        print(f"hpcbench.worker: rank {renv.rank} of point {point.id} failed:", file=sys.stderr)
+    except BaseException as exc:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
+        write_account(renv.rank, point.id, f"failed: {describe(exc)}")  # what the manifest will quote
         traceback.print_exc()
         (comm or SelfComm()).abort(1)
 

@@ -12,7 +12,6 @@ from hpcbench.plan import Launch
 from hpcbench.profiles import SiteProfile
 from hpcbench.registry import Registry
 from hpcbench.spec import Sweep
-from hpcbench.watchdog import MESSAGE as WATCHDOG_MESSAGE
 
 
 class Executor(ABC):
@@ -44,24 +43,6 @@ class Executor(ABC):
     def cancel(self) -> list[str]:
         """Stop the points still queued or running; their ids."""
         return []
-
-
-def failure_hint(log: Path, tail_bytes: int = 65536) -> str:
-    """The worker's own account of a failure, from the end of a point's log ('' if none)."""
-    try:
-        with log.open("rb") as f:
-            f.seek(max(0, f.seek(0, 2) - tail_bytes))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if line.startswith(WATCHDOG_MESSAGE):
-            return line.removeprefix("hpcbench.worker: ").strip()
-    for i in range(len(lines) - 1, -1, -1):  # the exception a failing rank printed
-        if lines[i].startswith("hpcbench.worker: rank ") and lines[i].rstrip().endswith("failed:"):
-            error = next((x for x in lines[i + 1 :] if x and not x.startswith((" ", "Traceback"))), "")
-            return f"{lines[i].removeprefix('hpcbench.worker: ').rstrip(':')}: {error.strip()}"[:300]
-    return ""
 
 
 EXECUTORS: Registry[type[Executor]] = Registry("executor", "hpcbench.executors")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import os
 import shlex
 import signal
@@ -12,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpcbench import manifest as mf
-from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
+from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.failures import failure_hint
 from hpcbench.lock import in_use
 from hpcbench.paths import inside
 from hpcbench.plan import Launch
@@ -110,7 +112,7 @@ class LocalExecutor(Executor):
                 entry.state, entry.reason = mf.DONE, ""
             else:
                 why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
-                hint = failure_hint(log)
+                hint = failure_hint([log], since=datetime.datetime.fromisoformat(entry.started))
                 entry.state, entry.reason = mf.FAILED, f"{why}{': ' + hint if hint else ''}; see {log}"
                 mark_failed(result, entry.reason)
             self.manifest.save()

@@ -11,6 +11,7 @@ States come back from `sacct`; results from the point files themselves.
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import shlex
@@ -18,12 +19,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hpcbench import jobs
 from hpcbench import manifest as mf
 from hpcbench.errors import HpcbenchError
-from hpcbench.executors.base import EXECUTORS, Executor, failure_hint
+from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.failures import failure_hint
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.paths import inside
 from hpcbench.plan import Launch
@@ -230,20 +232,43 @@ class SlurmExecutor(Executor):
         return [e.id for e in active]
 
 
-def sacct_states(job_ids: Sequence[str]) -> dict[str, list[str]]:
-    """job id -> the Slurm states of its allocation (not its steps), oldest first, from sacct.
+class Run(NamedTuple):
+    """One run of a job, as sacct records it (a requeued job has one per run)."""
+
+    state: str
+    start: datetime.datetime | None  # None before it starts
+
+
+def _sacct_time(text: str) -> datetime.datetime | None:
+    """sacct's local time ("2026-11-24T02:20:40"; "Unknown" before a start) as an aware datetime."""
+    try:
+        return datetime.datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        return None
+
+
+def sacct_runs(job_ids: Sequence[str]) -> dict[str, list[Run]]:
+    """job id -> the runs of its allocation (not its steps), oldest first, from sacct.
 
     A job requeued (preempted, its node failed, `scontrol requeue`) has one record per run
     (`sacct -D`); the last one is its current state.
     """
     if not job_ids:
         return {}
-    out = _run(["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State", "-j", ",".join(job_ids)], "sacct")
-    states: dict[str, list[str]] = {}
-    for line in out.splitlines():
-        job, _, state = line.partition("|")
-        states.setdefault(job.strip(), []).append(state.split()[0] if state.split() else "")
-    return states
+    argv = ["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State,Start", "-j", ",".join(job_ids)]
+    runs: dict[str, list[Run]] = {}
+    for line in _run(argv, "sacct").splitlines():
+        job, _, rest = line.partition("|")
+        state, _, start = rest.partition("|")
+        runs.setdefault(job.strip(), []).append(Run(state.split()[0] if state.split() else "", _sacct_time(start)))
+    return runs
+
+
+def job_logs(log: Path) -> list[Path]:
+    """Every task's log of the job whose task-0 log is `log` (submitit writes them side by
+    side, `<job>_<task>_log.out`, in a folder of the job's own): a rank launched by srun
+    writes only into its own task's log."""
+    return sorted({log, *log.parent.glob("*_log.out")})
 
 
 def queue_states() -> dict[str, str]:
@@ -268,11 +293,12 @@ def refresh(manifest: mf.Manifest) -> None:
     active = [e for e in manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
     if not active:
         return
-    records = sacct_states([e.job_id for e in active])
+    runs = sacct_runs([e.job_id for e in active])
     queue = queue_states()
     changed = False
     for e in active:
-        *history, state = job_states(records.get(e.job_id, []), queue.get(e.job_id)) or [""]
+        records = runs.get(e.job_id, [])
+        *history, state = job_states([r.state for r in records], queue.get(e.job_id)) or [""]
         requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
         status = result_status(manifest.directory / e.result)
         if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"):
@@ -286,7 +312,8 @@ def refresh(manifest: mf.Manifest) -> None:
             if not ok:
                 reason = f"job completed but result is {status or 'missing'}; see {e.log}"
         elif state in FAILED_STATES:
-            hint = failure_hint(Path(e.log))
+            # the ranks' accounts of the last run: a requeued job's earlier runs wrote into the same logs
+            hint = failure_hint(job_logs(Path(e.log)), since=records[-1].start if records else None)
             if state == "FAILED" and SUBMITIT_TIMEOUT in hint:
                 # submitit's handler of the time-limit warning signal raised in the worker
                 # before Slurm could end the job itself: the cause is the time limit.

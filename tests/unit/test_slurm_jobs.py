@@ -1,6 +1,6 @@
 """hpcbench.executors.slurm, the parts that need no Slurm: job names, job parameters, grouping, sbatch text.
 
-`refresh` and `sacct_states` run sacct and are covered by the tests against the test cluster.
+`refresh` and `sacct_runs` run sacct and are covered by the tests against the test cluster.
 """
 
 from __future__ import annotations
