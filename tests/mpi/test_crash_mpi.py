@@ -19,51 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import h5py
-import numpy as np
 import pytest
 
 from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from tests.conftest import ROOT, run_module, spec_text
+from tests.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 
 pytestmark = pytest.mark.mpi
-
-FLUSH_EVERY = 5
-BATCH = 8
-
-
-def worker_pids(sweep_dir: Path) -> list[int]:
-    """The running rank processes of this sweep (found by their run file's path)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"hpcbench.worker" in argv and any(str(sweep_dir).encode() in a for a in argv):
-            pids.append(int(entry.name))
-    return pids
-
-
-def check_flushed_rows(path: Path, ranks: int) -> int:
-    """The crashed file opens; its flushed rows are whole for every rank. Returns how many."""
-    data = read_point(path)
-    assert data.status in (schema.STATUS_RUNNING, schema.STATUS_FAILED)
-    written = int(data.attrs["iterations_written"])
-    assert written % FLUSH_EVERY == 0, "only whole blocks are announced"
-    it = data.iterations
-    assert it.shape == (ranks, written)
-    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
-    assert (it["samples"] == BATCH).all()
-    assert np.isfinite(it["loss"]).all()
-    if written:
-        assert (np.diff(it["t_start"], axis=1) > 0).all()
-        assert set(data.comm["rank"].tolist()) == set(range(ranks)), "every rank's messages of flushed blocks"
-        assert (data.comm["iteration"] < written).all()
-    return written
 
 
 @pytest.mark.parametrize("seed", range(int(os.environ.get("HPCBENCH_CRASH_SEEDS", "6"))))
@@ -84,7 +48,7 @@ def test_random_sigkill_never_loses_a_flushed_iteration(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 120
-        while len(pids := worker_pids(out)) < 2:  # the ranks are up (importing torch, or past it)
+        while len(pids := rank_pids(out)) < 2:  # the ranks are up (importing torch, or past it)
             if sweep.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"ranks did not start: {sweep.communicate(timeout=60)}")
             time.sleep(0.02)
@@ -164,7 +128,7 @@ def test_sweep_process_killed_leaves_no_ranks_and_resume_finishes(
     sweep.kill()  # SIGKILL: no chance to clean up
     sweep.wait()
     gone = time.monotonic() + 30
-    while worker_pids(out):
+    while rank_pids(out):
         assert time.monotonic() < gone, "ranks outlived the sweep process"
         time.sleep(0.1)
     (entry,) = Manifest.load(out).entries.values()

@@ -1,11 +1,15 @@
-"""Slurm faults on the real test cluster: a node going DOWN under a running point, the time
-limit, a requeue (what preemption with PreemptMode=REQUEUE does), a controller that is down
-when a sweep is submitted. Each ends in a recorded state with an accurate message, and
-`resume` works afterwards."""
+"""Slurm faults on the real test cluster: ranks killed at random moments, a node going DOWN
+under a running point, the time limit, a requeue (what preemption with PreemptMode=REQUEUE
+does), a controller that is down when a sweep is submitted. Each ends in a recorded state
+with an accurate message, and `resume` works afterwards."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import random
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +21,7 @@ import pytest
 from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store.reader import read_point
 from tests.conftest import run_module
+from tests.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_flushed_rows, rank_pids
 from tests.slurm.conftest import wait_for_state, wait_until_finished
 from tests.slurm.test_slurm_sweeps import slurm_spec
 
@@ -37,30 +42,59 @@ def job_nodes(job_id: str) -> list[str]:
     return names.stdout.split()
 
 
-def wait_for_flushed_rows(result: Path, timeout: float = 120) -> None:
+def wait_for_flushed_rows(result: Path, at_least: int = 1, timeout: float = 120, poll: float = 0.5) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if result.exists():
-            try:
+            try:  # without HDF5's file lock, which the running writer holds
                 with h5py.File(result, "r", locking=False) as f:
-                    if f.attrs.get("iterations_written", 0) > 0:
+                    if f.attrs.get("iterations_written", 0) >= at_least:
                         return
-            except OSError:
+            except OSError:  # being created: look again
                 pass
-        time.sleep(0.5)
-    raise AssertionError(f"{result} got no rows in {timeout} s")
+        time.sleep(poll)
+    raise AssertionError(f"{result} got no {at_least} rows in {timeout} s")
+
+
+def step_daemons(job_id: str) -> list[int]:
+    """This cluster's live slurmstepd processes of job `job_id` (titled `slurmstepd: [JOB.STEP]`).
+    Every virtual node runs on this host, so they are all visible here."""
+    title = f"slurmstepd: [{job_id}.".encode()
+    conf = f"SLURM_CONF={os.environ['SLURM_CONF']}".encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if (proc / "cmdline").read_bytes().startswith(title) and conf in (proc / "environ").read_bytes().split(
+                b"\0"
+            ):
+                pids.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return pids
 
 
 def start_now_when_requeued(job_id: str, timeout: float = 60) -> None:
-    """Slurm holds a requeued job back for a couple of minutes (BeginTime); skip the wait."""
+    """Start a requeued job now instead of after the hold Slurm gives it (BeginTime), but only
+    once the steps of its previous run have ended, which is what the hold waits for.
+
+    A rerun numbers its steps from 0 again. Released earlier, it met the old run's step N.0
+    still ending on the DOWN node (whose slurmd lives on, on this one host): when KillWait ran
+    out, that step's PMIx error handler asked slurmctld to kill step N.0, which by then was
+    the rerun's, two seconds into it.
+    """
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True)
-        if out.stdout.strip() == "PENDING":
-            subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True)
-            return
+    state = ""
+    while state != "PENDING":
+        assert time.monotonic() < deadline, f"job {job_id} was not requeued in {timeout} s"
         time.sleep(0.5)
-    raise AssertionError(f"job {job_id} was not requeued in {timeout} s")
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True
+        ).stdout.strip()
+    raw = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%A"], capture_output=True, text=True, check=True)
+    while step_daemons(raw.stdout.strip()):
+        assert time.monotonic() < deadline, f"the steps of job {job_id}'s first run did not end in {timeout} s"
+        time.sleep(0.5)
+    subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True)
 
 
 @pytest.fixture
@@ -71,12 +105,54 @@ def downed_nodes() -> Iterator[list[str]]:
         subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
 
 
-@pytest.mark.xfail(
-    reason="on the single-host test cluster the requeued run's step (same step id 1.0, on another "
-    "virtual node) is cancelled by slurmctld two seconds after it starts, so the rerun never "
-    "completes; the requeue path itself is covered by test_requeued_job_runs_again_and_keeps_the_first_attempt",
-    strict=False,
-)
+@pytest.mark.parametrize("seed", range(int(os.environ.get("HPCBENCH_CRASH_SEEDS", "3"))))
+def test_ranks_killed_at_random_keep_flushed_rows_and_resume_completes(
+    seed: int, write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    """SIGKILL one rank, or every rank, of a 2-node PyTorch point at a random moment: during
+    start-up, or after a random number of flushed blocks (in a step or in a flush)."""
+    rng = random.Random(seed)
+    launcher = ("srun", "mpirun")[seed % 2]
+    whole_job = seed % 3 == 2
+    spec = slurm_spec(
+        f"slurmcrash{seed}", {"nodes": [2]}, launcher=launcher, ranks_per_node=1, threads=1,
+        iterations=600, warmup=0, batch_size=BATCH, options={"flush_every": FLUSH_EVERY, "sample_period_s": 0.05},
+    )  # fmt: skip
+    out = tmp_path / "sweep"
+    assert run_module("hpcbench.sweep", str(write_spec(spec)), "--out", str(out)).returncode == 0
+    (entry,) = Manifest.load(out).entries.values()
+    result = out / entry.result
+    deadline = time.monotonic() + 120
+    while len(pids := rank_pids(out, SUBMITIT_TASK if launcher == "srun" else WORKER)) < 2:
+        assert time.monotonic() < deadline, "the ranks did not start"
+        time.sleep(0.02)
+    if rng.random() < 0.3:  # importing torch, joining the world, creating the file
+        time.sleep(rng.uniform(0.0, 3.0))
+    else:  # at most half-way through the 600 iterations
+        wait_for_flushed_rows(result, at_least=rng.randrange(1, 50) * FLUSH_EVERY, poll=0.02)
+        time.sleep(rng.uniform(0.0, 0.05))
+    for pid in pids if whole_job else [rng.choice(pids)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+    assert wait_until_finished(out).returncode == 1
+    (entry,) = Manifest.load(out).entries.values()
+    assert entry.state == FAILED, entry.reason
+    assert entry.reason.startswith("Slurm state ") and entry.log in entry.reason, entry.reason
+    assert Path(entry.log).exists()
+    written = check_flushed_rows(result, 2) if result.exists() else None  # none if killed before creating it
+
+    res = run_module("hpcbench.sweep", "resume", str(out))
+    assert res.returncode == 0, res.stdout + res.stderr
+    wait_until_finished(out)
+    (entry,) = Manifest.load(out).entries.values()
+    assert entry.state == DONE and entry.attempts == 2, entry.reason
+    assert read_point(result).complete
+    if written is not None:
+        (aside,) = out.glob(f"{entry.id}.attempt*.h5")
+        assert int(read_point(aside).attrs["iterations_written"]) == written, "the crashed attempt is kept as it was"
+
+
 def test_node_down_during_a_run_requeues_and_completes(
     write_spec: Callable[..., Path], tmp_path: Path, downed_nodes: list[str]
 ) -> None:

@@ -1,0 +1,54 @@
+"""What the kill-at-random tests share: finding a point's rank processes, and checking that a
+crashed point file holds every flushed iteration of every rank."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from hpcbench.store import schema
+from hpcbench.store.reader import read_point
+
+FLUSH_EVERY = 5
+BATCH = 8
+
+# What a rank process runs: the worker itself (mpirun, torchrun, the local executor), or
+# submitit's job entry point, into which Slurm's srun starts each rank (the worker runs inside).
+WORKER = b"hpcbench.worker"
+SUBMITIT_TASK = b"submitit.core._submit"
+
+
+def rank_pids(sweep_dir: Path, entry_point: bytes = WORKER) -> list[int]:
+    """The live rank processes of this sweep: Python processes running `entry_point` with an
+    argument inside `sweep_dir` (srun's own argv names the same module, but srun is no Python)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            comm = (proc / "comm").read_bytes()
+        except OSError:
+            continue
+        if comm.startswith(b"python") and entry_point in argv and any(str(sweep_dir).encode() in a for a in argv):
+            pids.append(int(proc.name))
+    return pids
+
+
+def check_flushed_rows(path: Path, ranks: int) -> int:
+    """The crashed file opens; its flushed rows are whole for every rank. Returns how many."""
+    data = read_point(path)
+    assert data.status in (schema.STATUS_RUNNING, schema.STATUS_FAILED)
+    written = int(data.attrs["iterations_written"])
+    assert written % FLUSH_EVERY == 0, "only whole blocks are announced"
+    it = data.iterations
+    assert it.shape == (ranks, written)
+    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
+    assert (it["samples"] == BATCH).all()
+    assert np.isfinite(it["loss"]).all()
+    if written:
+        assert (np.diff(it["t_start"], axis=1) > 0).all()
+        assert set(data.comm["rank"].tolist()) == set(range(ranks)), "every rank's messages of flushed blocks"
+        assert (data.comm["iteration"] < written).all()
+    return written
