@@ -33,7 +33,7 @@ from hpcbench.profiles import SiteProfile
 from hpcbench.slurm_options import SlurmOptions
 from hpcbench.spec import Point
 from hpcbench.store import schema
-from hpcbench.store.status import result_status
+from hpcbench.store.status import mark_failed, result_status
 
 # what submitit raises in the job when the time limit's warning signal arrives
 SUBMITIT_TIMEOUT = "UncompletedJobError: Job not requeued because: timed-out"
@@ -326,6 +326,8 @@ def refresh(manifest: mf.Manifest) -> None:
             e.state, e.reason = new, reason
             if new in (mf.DONE, mf.FAILED):
                 e.ended = mf.now()
+            if new == mf.FAILED and status not in (None, schema.STATUS_COMPLETE):  # the file says so too
+                mark_failed(manifest.directory / e.result, reason)
             changed = True
     if changed:
         manifest.save()

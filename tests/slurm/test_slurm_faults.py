@@ -140,7 +140,10 @@ def test_ranks_killed_at_random_keep_flushed_rows_and_resume_completes(
     assert entry.state == FAILED, entry.reason
     assert entry.reason.startswith("Slurm state ") and entry.log in entry.reason, entry.reason
     assert Path(entry.log).exists()
-    written = check_flushed_rows(result, 2) if result.exists() else None  # none if killed before creating it
+    written = None  # no file if the kill came before the ranks created it
+    if result.exists():
+        written = check_flushed_rows(result, 2)
+        assert read_point(result).attrs["failure"] == entry.reason
 
     res = run_module("hpcbench.sweep", "resume", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -189,6 +192,7 @@ def test_time_limit_is_reported_and_resume_resubmits(write_spec: Callable[..., P
     assert entry.reason.startswith("Slurm state TIMEOUT") and entry.log in entry.reason
     data = read_point(out / entry.result)
     assert not data.complete and data.iterations.shape[1] > 0, "rows flushed before the limit are kept"
+    assert data.status == "failed" and data.attrs["failure"] == entry.reason
 
     res = run_module("hpcbench.sweep", "resume", str(out))
     assert res.returncode == 0, res.stderr
