@@ -27,12 +27,21 @@ from tests.slurm.test_slurm_sweeps import slurm_spec
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
-# a 2-rank point of about 15 s: long enough to be hit while running, short enough to rerun
-LONG = {"framework": "synthetic", "backend": "none", "model": "sleep", "iterations": 1500, "warmup": 0}
+# A 2-rank point of at least 20 s (2000 iterations of 10 ms), flushed every 50 iterations.
+# The tests strike once the first rows are flushed (about 0.5 s in). Slurm's SIGTERM does not
+# stop the ranks (submitit's task process ignores it): they run on until SIGKILL, KillWait
+# (5 s) later, so the fault must come well before the end. With the default flush period
+# (1000 iterations, 10 s) it came 10 s into a 15 s point, and on a loaded machine the first
+# run finished before the kill: no incomplete attempt was left to keep.
+LONG = {"framework": "synthetic", "backend": "none", "model": "sleep", "iterations": 2000, "warmup": 0}
+LONG_FLUSH_EVERY = 50
 
 
 def long_spec(name: str, **fixed: object) -> str:
-    return slurm_spec(name, {"ranks_per_node": [2]}, launcher="srun", extra={"forward_s": 0.01}, **{**LONG, **fixed})
+    options = {"flush_every": LONG_FLUSH_EVERY}
+    return slurm_spec(
+        name, {"ranks_per_node": [2]}, launcher="srun", extra={"forward_s": 0.01}, options=options, **{**LONG, **fixed}
+    )
 
 
 def job_nodes(job_id: str) -> list[str]:
