@@ -28,7 +28,6 @@ from hpcbench.runfile import RunFile
 from hpcbench.store import schema
 from hpcbench.store.status import keep_aside, result_status
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
-from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
 from hpcbench.watchdog import Watchdog
@@ -39,7 +38,7 @@ def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
     return np.array((renv.rank, renv.local_rank, renv.node_rank, os.getpid(), offset, host), dtype=schema.RANK_DTYPE)
 
 
-def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str, str]) -> FileMeta:
+def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str, Any], epoch_ns: int) -> FileMeta:
     """The file's metadata, built on rank 0 and broadcast: parallel HDF5 wants it identical."""
     point = run.point
     root = {
@@ -47,7 +46,7 @@ def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "sweep": run.sweep,
         "spec": run.spec_text,
-        "epoch_ns": time.time_ns(),
+        "epoch_ns": epoch_ns,
     }
     point_attrs = {k: v for k, v in point.as_dict().items() if v is not None and v != {}}
     point_attrs.update(id=point.id, json=point.to_json(), ranks=point.ranks)
@@ -139,26 +138,29 @@ def run(run_file: Path) -> None:
         offset = clock_offset_ns()
         framework.build(point)
         kind = choose_writer(comm, run_spec.options.writer)
-        extra = {**framework.versions(), "writer": kind}
-        meta = comm.bcast(_meta(run_spec, renv, hosts, extra) if comm.rank == 0 else None)
+        epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
+        gpu = renv.local_rank if point.device == "cuda" else None
+        sampler = Sampler(comm.rank, run_spec.options.sample_period_s, offset, epoch, gpu_index=gpu)
+        # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
+        extra = {**framework.versions(), "writer": kind, "resource_sources": comm.allgather(sampler.sources)}
+        meta = comm.bcast(_meta(run_spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
         out = RunFile.result_for(sweep_dir, point.id)
         if _complete_already(out, comm):  # a requeued job whose first run finished
             print(f"hpcbench.worker: {out} is complete already; not run again", file=sys.stderr, flush=True)
+            sampler.stop()
             framework.teardown()
             return
         n_iterations = point.iterations_for(framework.steps_per_epoch())
         writer = open_writer(out, comm, meta, n_iterations, _rank_row(renv, offset), kind)
-        epoch = meta.root["epoch_ns"]
         rec = framework.recorder(min(run_spec.options.flush_every, n_iterations), offset, epoch)
-        rec.comm = CommRecorder(comm.rank, offset, epoch)
-        gpu = renv.local_rank if point.device == "cuda" else None
-        sampler = Sampler(comm.rank, run_spec.options.sample_period_s, offset, epoch, gpu_index=gpu)
+        rec.comm = framework.comm_recorder(comm.rank, offset, epoch)
 
         def flush() -> None:
             assert rec.comm is not None
             first = rec.first
+            rows = rec.drain()  # before the messages: on a GPU, comm_total sums their device times
             tables = {schema.COMM: rec.comm.drain(), schema.RESOURCES: sampler.drain(), schema.EVAL: evals.drain()}
-            writer.write_iterations(first, rec.drain(), tables)
+            writer.write_iterations(first, rows, tables)
 
         evals = Evaluations(framework, comm.rank)
         steps = framework.steps_per_epoch() if point.epochs else 0

@@ -1,7 +1,8 @@
 """How PyTorch ranks exchange gradients, one class per backend, each timing every message.
 
 Every exchange keeps the overlap of backward and communication that its backend has and
-reports, per iteration: when the last gradient became ready (the end of `backward`), the
+reports, per iteration: when the last gradient became ready (the end of `backward`: each
+hook marks it, the last mark stands, on the device too where the recorder times one), the
 summed duration of all messages (`comm_total`), and one comm event per message. The worker's
 `comm` phase is what is still outstanding after backward: the wait in `finish`.
 
@@ -26,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 
 from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.recorder import Phase, Recorder
 
 
 class Exchange:
@@ -35,16 +37,26 @@ class Exchange:
 
     def __init__(self, world: int) -> None:
         self.world = world
-        self.last_ready_ns = 0
+        self.ready = False  # a gradient was handed to the exchange in this iteration
         self.total_ns = 0
+        self.rec: Recorder | None = None
         self.comm: CommRecorder | None = None
         self.iteration = 0
 
-    def begin_iteration(self, comm: CommRecorder | None, iteration: int) -> None:
-        self.last_ready_ns = 0
+    def begin_iteration(self, rec: Recorder) -> None:
+        self.ready = False
         self.total_ns = 0
-        self.comm = comm
-        self.iteration = iteration
+        self.rec = rec
+        self.comm = rec.comm
+        self.iteration = rec.iteration
+
+    def gradient_ready(self) -> int:
+        """A hook's gradient is ready: backward has lasted until now (the last call stands).
+        Returns the host time, for the message's start."""
+        self.ready = True
+        if self.rec is not None:
+            self.rec.mark(Phase.BACKWARD)
+        return time.perf_counter_ns()
 
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         """The module to train (DDP wraps it; the others attach hooks to its parameters)."""
@@ -75,8 +87,7 @@ class DDPExchange(Exchange):
 def _timed_allreduce(state: DDPExchange, bucket: Any) -> Any:
     import torch.distributed as dist
 
-    t0 = time.perf_counter_ns()
-    state.last_ready_ns = t0
+    t0 = state.gradient_ready()
     tensor = bucket.buffer()
     slot = -1
     comm = state.comm
@@ -120,8 +131,7 @@ class _PerParameter(Exchange, ABC):
 
     def _hook_for(self, index: int) -> Any:
         def hook(param: torch.Tensor) -> None:
-            t0 = time.perf_counter_ns()
-            self.last_ready_ns = t0
+            t0 = self.gradient_ready()
             grad = param.grad
             assert grad is not None
             slot = -1

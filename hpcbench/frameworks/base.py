@@ -16,6 +16,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.rankenv import RankEnv
 from hpcbench.registry import Registry, import_error
 from hpcbench.spec import Point
+from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import Recorder
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
@@ -102,6 +103,10 @@ class Framework(ABC):
     def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
         """The phase recorder for this framework and device (CPU clock by default)."""
         return Recorder(capacity, clock_offset, epoch_ns)
+
+    def comm_recorder(self, rank: int, clock_offset: int, epoch_ns: int) -> CommRecorder:
+        """The per-message recorder for this framework and device (CPU clock by default)."""
+        return CommRecorder(rank, clock_offset, epoch_ns)
 
     def versions(self) -> dict[str, str]:
         """Library versions and settings for the provenance record."""

@@ -23,6 +23,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
 from hpcbench.rankenv import RankEnv
 from hpcbench.spec import Point
+from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 
 if TYPE_CHECKING:
@@ -205,10 +206,9 @@ class TorchFramework(Framework):
         rec.mark(Phase.FORWARD)
         exchange = self._exchange
         assert exchange is not None
-        exchange.begin_iteration(rec.comm, rec.iteration)
-        loss.backward()
-        if exchange.last_ready_ns:
-            rec.mark_at(Phase.BACKWARD, exchange.last_ready_ns)
+        exchange.begin_iteration(rec)
+        loss.backward()  # the exchange's hooks mark the end of backward: the last gradient ready
+        if exchange.ready:
             exchange.finish()
             rec.mark(Phase.COMM)
             rec.add_comm(exchange.total_ns)
@@ -248,6 +248,13 @@ class TorchFramework(Framework):
 
             return CudaRecorder(capacity, clock_offset, epoch_ns, self.device)
         return super().recorder(capacity, clock_offset, epoch_ns)
+
+    def comm_recorder(self, rank: int, clock_offset: int, epoch_ns: int) -> CommRecorder:
+        if self.device.type == "cuda":
+            from hpcbench.trace.cuda import CudaCommRecorder
+
+            return CudaCommRecorder(rank, clock_offset, epoch_ns)
+        return super().comm_recorder(rank, clock_offset, epoch_ns)
 
     def versions(self) -> dict[str, str]:
         import torch
