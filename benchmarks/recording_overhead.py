@@ -1,11 +1,13 @@
 """Step time of the same model with full tracing on vs off, measured in one run.
 
-    python benchmarks/recording_overhead.py [--model lenet] [--batch 32] [--blocks 40] [--block 25]
+    python benchmarks/recording_overhead.py [--model lenet] [--batch 32] [--blocks 40] [--block 25] [--device cuda]
 
-Runs one rank of the torch adapter (DDP over gloo, world size 1) and alternates blocks of
-iterations with full tracing (phase marks, every all-reduce message, the resource sampler
-thread, drains and HDF5 writes through the one-writer path) and with a recorder that
-records nothing, so that both arms see the same machine state.
+Runs one rank of the torch adapter (DDP over gloo, world size 1; over NCCL with
+`--device cuda`) and alternates blocks of iterations with full tracing (phase marks, every
+all-reduce message, the resource sampler thread, drains and HDF5 writes through the
+one-writer path; on a GPU, CUDA events and NVML) and with a recorder that records nothing,
+so that both arms see the same machine state. On a GPU each block ends by waiting for the
+device, in both arms, so that a block's wall time is the device's work.
 Prints the ratio on/off of total times (goal <= 1.01; HDF5 writes included, one every
 `--flush-every` iterations) and the median ratio of paired blocks, in wall time and in the
 main thread's CPU time (with one compute thread the step runs on the main thread, and CPU
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hpcbench import rankenv
 from hpcbench.comm import SelfComm
@@ -68,10 +71,16 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=4, help="iterations per block (short blocks cancel drift)")
     ap.add_argument("--flush-every", type=int, default=Options.flush_every, help="iterations per HDF5 write")
     ap.add_argument("--sample-period", type=float, default=Options.sample_period_s, help="resource sampler period (s)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: NCCL, CUDA events, NVML")
+    ap.add_argument(
+        "--record", choices=("all", "phases"), default="all", help="phases: phase marks only (no messages, no sampler)"
+    )
     args = ap.parse_args()
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
-    point = Point(model=args.model, batch_size=args.batch, threads=1)
+    cuda = args.device == "cuda"
+    backend = "nccl" if cuda else "gloo"
+    point = Point(model=args.model, batch_size=args.batch, threads=1, device=args.device, backend=backend)
     fw = TorchFramework()
     fw.setup(point, rankenv.detect({}), None)
     fw.build(point)
@@ -82,16 +91,23 @@ def main() -> None:
         row = np.zeros((), dtype=schema.RANK_DTYPE)
         meta = FileMeta(root={"epoch_ns": 0}, point={"id": "bench", "json": point.to_json()})
         writer = open_writer(Path(tmp) / "bench.h5", SelfComm(), meta, n_on, row, "gather")
-        on = Recorder(args.flush_every, offset, 0)
-        on.comm = CommRecorder(0, offset, 0)
-        sampler = Sampler(0, args.sample_period, offset, 0)
-        sampler.start()
+        on = fw.recorder(args.flush_every, offset, 0)
+        on.comm = fw.comm_recorder(0, offset, 0) if args.record == "all" else None
+        sampler = Sampler(0, args.sample_period, offset, 0, gpu_index=0 if cuda else None)
+
+        def sync() -> None:
+            if cuda:
+                torch.cuda.synchronize()
+
+        if args.record == "all":
+            sampler.start()
         off = NullRecorder(1, offset, 0)
 
         def flush() -> None:
-            assert on.comm is not None
             first = on.first
-            writer.write_iterations(first, on.drain(), {"comm": on.comm.drain(), "resources": sampler.drain()})
+            rows = on.drain()  # before the messages, as the worker does
+            messages = on.comm.drain() if on.comm is not None else np.zeros(0, dtype=schema.COMM_DTYPE)
+            writer.write_iterations(first, rows, {"comm": messages, "resources": sampler.drain()})
 
         def block(rec: Recorder) -> tuple[float, float]:
             t0, c0 = time.perf_counter(), time.thread_time()
@@ -101,6 +117,7 @@ def main() -> None:
                 rec.stop(args.batch, loss)
                 if rec.full:
                     flush()
+            sync()
             return time.perf_counter() - t0, time.thread_time() - c0
 
         for _ in range(3):  # warm-up, both arms
@@ -115,7 +132,8 @@ def main() -> None:
         writer.close(schema.STATUS_COMPLETE)
     fw.teardown()
 
-    print(f"model {args.model}, batch {args.batch}, {args.blocks} blocks x {args.block} iterations per arm")
+    shape = f"{args.blocks} blocks x {args.block} iterations per arm"
+    print(f"model {args.model}, batch {args.batch}, {args.device}, recording {args.record}, {shape}")
     for i, clock in enumerate(("wall time", "main-thread CPU time")):
         on_t = [t[i] for t in times["on"]]
         off_t = [t[i] for t in times["off"]]
