@@ -6,6 +6,9 @@ queued on. Phase durations then come from the events: what the device spent betw
 marks, not when the host queued the kernels (the `data` phase, host work, keeps its host
 time). A phase marked several times ends at its last mark, on the device too (re-recording
 an event moves it): the exchanges' hooks mark `backward` each time a gradient is ready.
+Marks are recorded on the stream current when the iteration started (the training stream,
+which autograd's threads also run backward on), looked up once per iteration: looking it
+up costs microseconds, a good part of what a mark would otherwise cost.
 Nothing waits for the device inside a step: events live in a ring of `capacity` rows and
 are read in `drain`, between iterations, after one synchronisation on the last event recorded.
 
@@ -43,21 +46,23 @@ class CudaRecorder(Recorder):
             for _ in range(capacity)
         ]
         self._marked = np.zeros((capacity, _N_MARKS), dtype=bool)
+        self._stream: Any = None
 
     def start(self, warmup: bool = False) -> None:
         super().start(warmup)
         row = self._row
+        self._stream = self._torch.cuda.current_stream(self._device)
         self._marked[row] = False
-        self._events[row][_START].record()
+        self._events[row][_START].record(self._stream)
         self._marked[row, _START] = True
 
     def mark(self, phase: int) -> None:
         super().mark(phase)
-        self._events[self._row][phase].record()
+        self._events[self._row][phase].record(self._stream)
         self._marked[self._row, phase] = True
 
     def stop(self, samples: int, loss: Any = None) -> None:
-        self._events[self._row][_END].record()
+        self._events[self._row][_END].record(self._stream)
         self._marked[self._row, _END] = True
         super().stop(samples, loss)
 
