@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -13,7 +14,13 @@ from typing import Any
 import pytest
 import yaml
 
+from hpcbench import envs
+from hpcbench.errors import HpcbenchError
+from hpcbench.store.reader import PointData, read_point
+
 ROOT = Path(__file__).resolve().parent.parent
+REQUIRE_ENVS = bool(os.environ.get("HPCBENCH_REQUIRE_ENVS"))  # CI: a missing environment fails, not skips
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 @dataclass
@@ -58,3 +65,39 @@ def write_spec(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+def run_sweep(write_spec: Callable[..., Path], out: Path, text: str, timeout: float = 600) -> list[PointData]:
+    """Run `text` through the sweep command as a user would (each point's ranks run in the
+    environment the point names) and read its point files back; a failure shows the logs."""
+    res = run_module("hpcbench.sweep", str(write_spec(text)), "--out", str(out), timeout=timeout)
+    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
+    assert res.returncode == 0, res.stdout + res.stderr + logs
+    return [read_point(p) for p in sorted(out.glob("*.h5"))]
+
+
+@functools.cache
+def _env_probe(name: str, modules: tuple[str, ...]) -> tuple[Path | None, str]:
+    """Asked once per environment and modules: importing TensorFlow takes seconds."""
+    try:
+        exe = envs.python(name)
+    except HpcbenchError as exc:
+        return None, str(exc)
+    if modules:
+        code = "; ".join(f"import {m}" for m in modules)
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+        probe = subprocess.run([str(exe), "-c", code], capture_output=True, text=True, timeout=120, env=env)
+        if probe.returncode != 0:
+            return None, f"environment {name!r} cannot import {', '.join(modules)}: {probe.stderr.strip()[-300:]}"
+    return exe, ""
+
+
+def env_python(name: str, *modules: str) -> Path:
+    """The interpreter of environment `name` if it is built and imports `modules`; else the
+    test skips, saying how to build it, or fails when HPCBENCH_REQUIRE_ENVS is set (CI)."""
+    exe, why = _env_probe(name, modules)
+    if exe is None:
+        if REQUIRE_ENVS:
+            pytest.fail(f"{why} (HPCBENCH_REQUIRE_ENVS is set)")
+        pytest.skip(f"needs the {name} environment (bash envs/build.sh {name}): {why}")
+    return exe

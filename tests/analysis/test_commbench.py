@@ -13,11 +13,10 @@ import pytest
 from hpcbench.analysis import commfile
 from hpcbench.analysis.model import ring_allreduce
 from hpcbench.errors import HpcbenchError
-from tests.conftest import ROOT, run_module
+from tests.conftest import MPI_ENV, ROOT, run_module
 
 pytestmark = pytest.mark.mpi
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 SIZES = [4096, 65536, 1 << 20]
 
 

@@ -13,21 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench import envs
-from hpcbench.errors import HpcbenchError
-
-REQUIRED = bool(os.environ.get("HPCBENCH_REQUIRE_ENVS"))
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-
-def env_python(name: str) -> Path:
-    """The interpreter of environment `name`; skip (or fail, with HPCBENCH_REQUIRE_ENVS) if not built."""
-    try:
-        return envs.python(name)
-    except HpcbenchError as exc:
-        if REQUIRED:
-            pytest.fail(f"{exc} (HPCBENCH_REQUIRE_ENVS is set)")
-        pytest.skip(f"{exc}; set HPCBENCH_REQUIRE_ENVS=1 to make this a failure")
+from tests.conftest import MPI_ENV, env_python
 
 
 @pytest.fixture
@@ -50,7 +36,7 @@ def mpirun() -> Callable[..., subprocess.CompletedProcess[str]]:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env={**os.environ, **MPI_ENV},
+            env={**os.environ, **MPI_ENV, "TF_CPP_MIN_LOG_LEVEL": "3"},
         )
 
     return run

@@ -1,9 +1,9 @@
 """MXNet 1.9 through every backend on real ranks: the parameter server (kvstore dist_sync,
 dist_async, with real scheduler and server processes) and Horovod, in the `legacy` environment.
 
-Sweeps run through the real sweep CLI under the legacy interpreter (the sweep checks that a
-point's framework imports in the interpreter running it; MXNet exists only in `legacy`), and
-their point files are read back here.
+Sweeps run through the real sweep CLI of this interpreter, as a user runs them: the points
+name `env: legacy`, so their ranks run there (MXNet exists only in `legacy`); their point
+files are read back here.
 """
 
 from __future__ import annotations
@@ -17,57 +17,21 @@ import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from hpcbench import envs, models
-from hpcbench.errors import HpcbenchError
+from hpcbench import models
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.spec import Point
-from hpcbench.store.reader import PointData, read_point
-from tests.conftest import ROOT, spec_text
+from hpcbench.store.reader import PointData
+from tests.conftest import ROOT, env_python, run_sweep, spec_text
 
 pytestmark = pytest.mark.mpi
 
 ITERATIONS, WARMUP = 30, 2
 
 
-def legacy(*modules: str) -> Path:
-    """The legacy interpreter, if it is built and imports `modules`; else skip (fail in CI)."""
-    try:
-        exe = envs.python("legacy")
-        probe = subprocess.run(
-            [str(exe), "-c", "; ".join(f"import {m}" for m in ("mxnet", *modules))],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if probe.returncode != 0:
-            raise HpcbenchError(f"the legacy environment cannot import {modules}: {probe.stderr.strip()[-300:]}")
-    except HpcbenchError as exc:
-        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
-            pytest.fail(f"{exc} (HPCBENCH_REQUIRE_ENVS is set)")
-        pytest.skip(f"needs the legacy environment (bash envs/build.sh legacy): {exc}")
-    return exe
-
-
 def run_in(exe: Path, code: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(exe), "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=dict(os.environ)
     )
-
-
-def run_sweep(exe: Path, write_spec: Callable[..., Path], out: Path, text: str) -> list[PointData]:
-    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
-    env["PATH"] = f"{exe.parent}{os.pathsep}{env.get('PATH', '')}"  # as if activated: its horovodrun
-    res = subprocess.run(
-        [str(exe), "-m", "hpcbench.sweep", str(write_spec(text)), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env=env,
-    )
-    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
-    assert res.returncode == 0, res.stdout + res.stderr + logs
-    return [read_point(p) for p in sorted(out.glob("*.h5"))]
 
 
 def leftover_roles() -> list[int]:
@@ -138,10 +102,10 @@ def spec(backend: str, **fixed: object) -> str:
 
 
 def test_dist_sync_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    exe = legacy()
+    env_python("legacy", "mxnet")
     # Two servers: ps-lite spreads the keys over both; the scheduler and servers are extra
     # processes the ranks start and stop.
-    (data,) = run_sweep(exe, write_spec, tmp_path / "out", spec("dist_sync", extra={"servers": 2}))
+    (data,) = run_sweep(write_spec, tmp_path / "out", spec("dist_sync", extra={"servers": 2}))
     check_cell(data)
     assert len(set(data.eval["param_checksum"].tolist())) == 1, "weights identical on every rank"
     prov = data.provenance
@@ -159,9 +123,9 @@ def test_dist_async_servers_take_every_update(write_spec: Callable[..., Path], t
     not the check. Instead the servers count the updates they apply; before the evaluation
     every worker meets a kvstore barrier and pulls the servers' weights: those took exactly
     workers x iterations updates (every push of every rank) and are then equal on all ranks."""
-    exe = legacy()
+    env_python("legacy", "mxnet")
     out = tmp_path / "out"
-    (data,) = run_sweep(exe, write_spec, out, spec("dist_async"))
+    (data,) = run_sweep(write_spec, out, spec("dist_async"))
     check_cell(data)
     assert data.provenance["mxnet_kvstore"] == "dist_async"
     log = (out / "logs" / f"{data.point_id}.log").read_text()
@@ -177,15 +141,15 @@ def test_dist_async_servers_take_every_update(write_spec: Callable[..., Path], t
 def test_horovod_allreduces_every_gradient_and_ranks_agree(
     write_spec: Callable[..., Path], tmp_path: Path, launcher: str
 ) -> None:
-    exe = legacy("horovod.mxnet")
-    (data,) = run_sweep(exe, write_spec, tmp_path / "out", spec("horovod", launcher=launcher))
+    env_python("legacy", "mxnet", "horovod.mxnet")
+    (data,) = run_sweep(write_spec, tmp_path / "out", spec("horovod", launcher=launcher))
     check_cell(data)
     assert len(set(data.eval["param_checksum"].tolist())) == 1, "weights identical on every rank"
     assert data.provenance["horovod"] == "0.28.1"
 
 
 def test_gluon_models_have_the_parameters_of_the_model_trees() -> None:
-    exe = legacy()
+    exe = env_python("legacy", "mxnet")
     code = """
 import mxnet as mx
 from hpcbench import models as zoo
@@ -208,7 +172,7 @@ for name in zoo.NAMES:
 
 
 def test_a_kvstore_that_would_train_locally_is_refused() -> None:
-    exe = legacy()
+    exe = env_python("legacy", "mxnet")
     code = """
 import mxnet as mx
 from hpcbench.frameworks.mxnet import KVStoreError, create_kvstore

@@ -1,15 +1,14 @@
 """TensorFlow 2 (Keras 3) through every backend on real ranks, in the `modern` environment:
 MultiWorkerMirroredStrategy, parameter servers (real server processes) and Horovod.
 
-Sweeps run through the real sweep CLI under the modern interpreter (the sweep checks that a
-point's framework imports in the interpreter that runs it; TensorFlow exists only in
-`modern`), and their point files are read back here. Tests skip when the environment is not
+Sweeps run through the real sweep CLI of this interpreter, as a user runs them: the points
+name `env: modern`, so their ranks run there (TensorFlow exists only in `modern`); their
+point files are read back here. Tests skip when the environment is not
 built, unless HPCBENCH_REQUIRE_ENVS is set (CI): then they fail.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import subprocess
@@ -20,61 +19,15 @@ import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from hpcbench import envs, models
-from hpcbench.errors import HpcbenchError
-from hpcbench.store.reader import PointData, read_point
-from tests.conftest import ROOT, spec_text
+from hpcbench import models
+from hpcbench.store.reader import PointData
+from tests.conftest import MPI_ENV, ROOT, env_python, run_sweep, spec_text
 
 pytestmark = pytest.mark.mpi
 
 ITERATIONS, WARMUP = 20, 1
 RANKS = 2
-ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-
-
-@functools.cache
-def _probe(*modules: str) -> tuple[Path | None, str]:
-    """(interpreter, '') if the modern environment is built and imports `modules`, else
-    (None, why). Asked once per set of modules: importing TensorFlow takes seconds."""
-    try:
-        exe = envs.python("modern")
-    except HpcbenchError as exc:
-        return None, str(exc)
-    probe = subprocess.run(
-        [str(exe), "-c", "; ".join(f"import {m}" for m in modules)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **ENV},
-    )
-    if probe.returncode != 0:
-        return None, f"the modern environment cannot import {modules}: {probe.stderr.strip()[-300:]}"
-    return exe, ""
-
-
-def modern(*modules: str) -> Path:
-    """The modern interpreter, if it is built and imports TensorFlow and `modules`; else skip
-    (fail when HPCBENCH_REQUIRE_ENVS is set)."""
-    exe, why = _probe("tensorflow", *modules)
-    if exe is None:
-        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
-            pytest.fail(f"{why} (HPCBENCH_REQUIRE_ENVS is set)")
-        pytest.skip(f"needs the modern environment (bash envs/build.sh modern): {why}")
-    return exe
-
-
-def run_sweep(exe: Path, write_spec: Callable[..., Path], out: Path, text: str) -> list[PointData]:
-    res = subprocess.run(
-        [str(exe), "-m", "hpcbench.sweep", str(write_spec(text)), "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env={**os.environ, **ENV},
-    )
-    logs = "".join(p.read_text(errors="replace")[-3000:] for p in sorted((out / "logs").glob("*.log")))
-    assert res.returncode == 0, res.stdout + res.stderr + logs
-    return [read_point(p) for p in sorted(out.glob("*.h5"))]
+ENV = {**MPI_ENV, "TF_CPP_MIN_LOG_LEVEL": "3"}  # for what runs in the environment directly
 
 
 def spec(backend: str, matrix: dict[str, list[object]] | None = None, **fixed: object) -> str:
@@ -151,7 +104,7 @@ def same_weights(data: PointData) -> None:
 
 
 def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
-    exe = modern()
+    exe = env_python("modern", "tensorflow")
     code = (
         "import json; from hpcbench import models; from hpcbench.frameworks import _tf_models as m\n"
         "print(json.dumps({n: [m.trainable_count(k := m.build(models.model(n))), list(k.output_shape[1:])]"
@@ -170,8 +123,8 @@ def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
 
 
 def test_multiworker_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    exe = modern()
-    (data,) = run_sweep(exe, write_spec, tmp_path / "sweep", spec("multiworker"))
+    env_python("modern", "tensorflow")
+    (data,) = run_sweep(write_spec, tmp_path / "sweep", spec("multiworker"))
     check_phases(data)
     check_messages(data, ("allreduce",))
     # default packing: the whole gradient in one all-reduce per iteration
@@ -182,9 +135,9 @@ def test_multiworker_exchanges_every_gradient_and_ranks_agree(write_spec: Callab
 
 
 def test_multiworker_packs_and_a_model_without_classes(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    exe = modern()
+    env_python("modern", "tensorflow")
     text = spec("multiworker", {"model": ["lenet", "autoencoder"]}, extra={"bytes_per_pack": 40_000}, iterations=6)
-    points = {p.point.model: p for p in run_sweep(exe, write_spec, tmp_path / "sweep", text)}
+    points = {p.point.model: p for p in run_sweep(write_spec, tmp_path / "sweep", text)}
     assert sorted(points) == ["autoencoder", "lenet"]
     for data in points.values():
         check_phases(data)
@@ -202,8 +155,8 @@ def test_multiworker_packs_and_a_model_without_classes(write_spec: Callable[...,
 
 
 def test_horovod_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    exe = modern("horovod.tensorflow")
-    (data,) = run_sweep(exe, write_spec, tmp_path / "sweep", spec("horovod"))
+    env_python("modern", "tensorflow", "horovod.tensorflow")
+    (data,) = run_sweep(write_spec, tmp_path / "sweep", spec("horovod"))
     check_phases(data)
     check_messages(data, ("allreduce",))
     assert set(data.comm["name"].tolist()) == {b"pack0"}  # one grouped (fused) all-reduce per step
@@ -215,7 +168,7 @@ def test_horovod_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[.
 def test_horovod_bookkeeping_comm_over_gloo() -> None:
     """The store's collectives over Horovod's object collectives, with no MPI in the ranks
     (horovodrun's Gloo controller): what a job started that way uses."""
-    exe = modern("horovod.tensorflow")
+    exe = env_python("modern", "tensorflow", "horovod.tensorflow")
     code = (
         "import horovod.tensorflow as hvd\n"
         "from hpcbench.frameworks._horovod import HorovodComm\n"
@@ -246,11 +199,11 @@ def leftover_servers() -> list[int]:
 
 
 def test_parameter_servers_async_and_sync(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    exe = modern()
+    env_python("modern", "tensorflow")
     before = leftover_servers()
     text = spec("ps", {"extra": [{"sync": False}, {"sync": True, "servers": 2}]})
     out = tmp_path / "sweep"
-    points = {p.point.as_dict()["extra"].get("sync"): p for p in run_sweep(exe, write_spec, out, text)}
+    points = {p.point.as_dict()["extra"].get("sync"): p for p in run_sweep(write_spec, out, text)}
     assert sorted(points) == [False, True]
     total = ITERATIONS + WARMUP
     for sync, data in points.items():

@@ -10,18 +10,11 @@ import numpy as np
 import pytest
 
 from hpcbench import envs, models
-from hpcbench.store.reader import PointData, read_point
-from tests.conftest import run_module, spec_text
+from hpcbench.store.reader import PointData
+from tests.conftest import run_module, run_sweep, spec_text
 from tests.unit.test_data import make_mnist
 
 pytestmark = pytest.mark.mpi
-
-
-def run_sweep(write_spec: Callable[..., Path], tmp_path: Path, text: str) -> list[PointData]:
-    out = tmp_path / "sweep"
-    res = run_module("hpcbench.sweep", str(write_spec(text)), "--out", str(out), timeout=600)
-    assert res.returncode == 0, res.stdout + res.stderr
-    return [read_point(p) for p in sorted(out.glob("*.h5"))]
 
 
 def check_exchange(data: PointData) -> None:
@@ -47,7 +40,7 @@ def check_exchange(data: PointData) -> None:
 
 def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     text = spec_text("torch", {"backend": ["gloo", "mpi"]}, ranks_per_node=2, model="cifar10_quick")
-    points = run_sweep(write_spec, tmp_path, text)
+    points = run_sweep(write_spec, tmp_path / "sweep", text)
     assert sorted(p.point.backend for p in points) == ["gloo", "mpi"]
     for data in points:
         check_exchange(data)
@@ -61,7 +54,7 @@ def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[...
 
 def test_a_separable_task_trains_past_90_percent(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     text = spec_text("acc", {"ranks_per_node": [2]}, model="mlp", iterations=40, warmup=0, lr=0.05, batch_size=32)
-    (data,) = run_sweep(write_spec, tmp_path, text)
+    (data,) = run_sweep(write_spec, tmp_path / "sweep", text)
     ev = data.eval
     accuracy = ev["correct"].sum() / ev["total"].sum()
     assert accuracy > 0.9, accuracy
@@ -75,7 +68,7 @@ def test_mnist_files_train_for_whole_epochs_with_a_test_after_each(
     text = spec_text(
         "mnist", {"ranks_per_node": [2]}, dataset="mnist", data_dir=str(tmp_path / "mnist"), epochs=2, batch_size=8
     )
-    (data,) = run_sweep(write_spec, tmp_path, text)
+    (data,) = run_sweep(write_spec, tmp_path / "sweep", text)
     steps = 96 // 2 // 8  # each rank's shard, in batches
     assert data.iterations.shape == (2, 1 + 2 * steps)  # one warm-up iteration, then two epochs
     ev = np.sort(data.eval, order=["epoch", "rank"])
@@ -112,7 +105,7 @@ def test_horovod_exchanges_every_gradient_on_every_rank(
 ) -> None:
     modern_env()
     text = spec_text("hvd", {"launcher": [launcher]}, ranks_per_node=2, backend="horovod", env="modern")
-    (data,) = run_sweep(write_spec, tmp_path, text)
+    (data,) = run_sweep(write_spec, tmp_path / "sweep", text)
     check_exchange(data)
     assert data.provenance["horovod"] == "0.28.1"
     assert data.provenance["torch_exchange"] == "horovod"

@@ -13,11 +13,11 @@ import pytest
 
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
+from tests.conftest import MPI_ENV
 
 pytestmark = pytest.mark.mpi
 
 SCRIPT = Path(__file__).with_name("write_point.py")
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 def mpirun(n: int, *args: str) -> subprocess.CompletedProcess[str]:
