@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -31,18 +30,13 @@ import torch
 from hpcbench import rankenv
 from hpcbench.comm import SelfComm
 from hpcbench.frameworks.torch import TorchFramework
+from hpcbench.ports import free_port
 from hpcbench.spec import Options, Point
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, open_writer
 from hpcbench.trace.comm import CommRecorder
 from hpcbench.trace.recorder import NullRecorder, Phase, Recorder, clock_offset_ns
 from hpcbench.trace.sampler import Sampler
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def mark_cost_ns(n: int = 200_000) -> float:

@@ -102,7 +102,8 @@ class ParameterServers:
     def __init__(self, comm: Comm, renv: RankEnv, servers: int, sync: bool, threads: int) -> None:
         import tensorflow as tf
 
-        from hpcbench.frameworks.tensorflow import cluster_hosts, free_port
+        from hpcbench.frameworks.tensorflow import cluster_hosts
+        from hpcbench.ports import free_port
 
         self.comm = comm
         self.servers = servers

@@ -85,6 +85,7 @@ from hpcbench import models as zoo
 from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.ports import free_port
 from hpcbench.rankenv import RankEnv
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
@@ -141,13 +142,6 @@ def _address_towards(peer: str) -> str:
         s.connect((socket.gethostbyname(peer), 9))
         address: str = s.getsockname()[0]
         return address
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class _Roles:
@@ -298,7 +292,7 @@ class MXNetFramework(Framework):
                 host = "127.0.0.1"
             else:
                 host = _address_towards(others[0])
-            root = (host, _free_port())
+            root = (host, free_port())
         host, port = comm.bcast(root)
         env = {
             "DMLC_PS_ROOT_URI": str(host),

@@ -68,6 +68,7 @@ from hpcbench import models as zoo
 from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.ports import free_port
 from hpcbench.rankenv import RankEnv
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
@@ -81,14 +82,6 @@ EXTRA_KEYS = {
     "ps": ("servers", "sync"),
 }
 MPI_LAUNCHERS = ("mpirun", "srun")
-
-
-def free_port() -> int:
-    """A TCP port free on this host now (the OS picks it; the server binds it moments later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def cluster_hosts(hostnames: Sequence[str]) -> list[str]:
