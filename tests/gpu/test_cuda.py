@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from hpcbench import models
+from hpcbench.analysis import commfile
 from hpcbench.trace.recorder import Phase, clock_offset_ns
-from tests.conftest import run_sweep, spec_text
+from tests.conftest import run_module, run_sweep, spec_text
 
 torch = pytest.importorskip("torch")
 pytestmark = [
@@ -183,6 +184,7 @@ def test_ddp_over_nccl_through_the_sweep(write_spec: Callable[..., Path], tmp_pa
     # device, all of it was counted as communication.
     assert np.median(timed["backward"]) > np.median(timed["forward"])
     assert np.median(timed["comm"]) < np.median(timed["backward"])
+    assert np.isfinite(it["loss"]).all()  # the block's losses, copied from the device at the flush
 
     comm = data.comm
     grad_bytes = 4 * models.count_parameters(models.model("resnet50"))
@@ -197,3 +199,28 @@ def test_ddp_over_nccl_through_the_sweep(write_spec: Callable[..., Path], tmp_pa
     res = data.resources
     assert len(res) >= 3
     assert (res["gpu_mem_bytes"] > 0).all() and (res["gpu_sm_clock_mhz"] > 0).all()
+
+
+@pytest.mark.parametrize("launcher", ["none", "torchrun"])
+def test_commbench_all_reduces_gpu_buffers_through_nccl(tmp_path: Path, launcher: str) -> None:
+    out = tmp_path / "nccl.h5"
+    args = ["--device", "cuda", "--sizes", "1M,64M,256M", "--iters", "10", "-o", str(out)]
+    if launcher == "torchrun":
+        argv = ["torch.distributed.run", "--standalone", "--nproc-per-node", "1", "-m", "hpcbench.commbench", *args]
+    else:
+        argv = ["hpcbench.commbench", *args]
+    res = run_module(*argv, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "nccl" in res.stdout
+    rows = commfile.read_commbench(out)
+    assert rows["bytes"].tolist() == [1 << 20, 64 << 20, 256 << 20]
+    assert (rows["time_s"] > 0).all() and (rows["ranks"] == 1).all()
+    # One GPU: NCCL's in-place all-reduce of one rank moves nothing (a launch, about 30 us at
+    # any size on an H100), so there is no bus traffic; growth with size needs two GPUs.
+    assert (rows["busbw"] == 0).all()
+    np.testing.assert_allclose(rows["algbw"], rows["bytes"] / rows["time_s"], rtol=1e-9)
+    assert "destroy_process_group() was not called" not in res.stderr
+    import h5py
+
+    with h5py.File(out) as f:
+        assert f.attrs["backend"] == "nccl" and f.attrs["device"] == "cuda"
