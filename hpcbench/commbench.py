@@ -143,7 +143,24 @@ class _Mpi(_HostBuffers):
         return [str(v) for v in self._comm.allgather(value)]
 
 
-class _Gloo(_HostBuffers):
+class _TorchObjects:
+    """The bookkeeping collectives through torch.distributed's object collectives."""
+
+    size: int
+    _dist: Any
+
+    def gather_float(self, value: float) -> list[float]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, value)
+        return [float(v) for v in out]
+
+    def allgather_str(self, value: str) -> list[str]:
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, value)
+        return [str(v) for v in out]
+
+
+class _Gloo(_TorchObjects, _HostBuffers):
     def __init__(self, renv: rankenv.RankEnv) -> None:
         import torch
         import torch.distributed as dist
@@ -163,18 +180,8 @@ class _Gloo(_HostBuffers):
     def close(self) -> None:
         self._dist.destroy_process_group()
 
-    def gather_float(self, value: float) -> list[float]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, value)
-        return [float(v) for v in out]
 
-    def allgather_str(self, value: str) -> list[str]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, value)
-        return [str(v) for v in out]
-
-
-class _Nccl:
+class _Nccl(_TorchObjects):
     """torch.distributed over NCCL on buffers in GPU memory (what nccl-tests measures)."""
 
     def __init__(self, renv: rankenv.RankEnv) -> None:
@@ -210,16 +217,6 @@ class _Nccl:
 
     def barrier(self) -> None:
         self._dist.barrier(device_ids=[self._device.index])
-
-    def gather_float(self, value: float) -> list[float]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, value)
-        return [float(v) for v in out]
-
-    def allgather_str(self, value: str) -> list[str]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, value)
-        return [str(v) for v in out]
 
 
 def _rendezvous(renv: rankenv.RankEnv) -> str:
