@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python analysis/seedNNN_x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
-from hpcbench import capabilities, envs  # noqa: E402
 from hpcbench.analysis import report, tables  # noqa: E402
-from hpcbench.atomic import write_text_atomic  # noqa: E402
 from hpcbench.errors import HpcbenchError  # noqa: E402
+from hpcbench.plan.launch import (
+    capabilities,
+    envs,
+)
+from hpcbench.sweepdir.atomic import write_text_atomic  # noqa: E402
 
 STACK_FIELDS = ("framework", "backend", "launcher", "env")
 SMOKE = {"iterations": 2, "warmup": 1, "epochs": 1}  # smoke runs: prove the pipeline, measure nothing

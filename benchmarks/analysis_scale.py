@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcbench.analysis.fabricate import write_point_file
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.testing.fabricate import write_point_file
 
 PERIOD = 0.1  # seconds per iteration of the generated points
 PHASES = {"data": 0.002, "h2d": 0.001, "forward": 0.03, "backward": 0.045, "comm": 0.008, "update": 0.004}

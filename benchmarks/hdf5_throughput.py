@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcbench.comm import SelfComm
+from hpcbench.rank.collectives import SelfComm
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, open_writer
 

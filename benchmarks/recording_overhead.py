@@ -27,14 +27,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hpcbench import rankenv
-from hpcbench.comm import SelfComm
-from hpcbench.frameworks.torch import TorchFramework
-from hpcbench.ports import free_port
+from hpcbench.frameworks.torch.adapter import TorchFramework
+from hpcbench.rank import env as rankenv
+from hpcbench.rank.collectives import SelfComm
+from hpcbench.rank.net import free_port
 from hpcbench.spec import Options, Point
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, open_writer
-from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import NullRecorder, Phase, Recorder, clock_offset_ns
 from hpcbench.trace.sampler import Sampler
 

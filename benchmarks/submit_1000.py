@@ -19,7 +19,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcbench.manifest import Manifest
+from hpcbench.sweepdir.manifest import Manifest
 
 
 def main() -> None:

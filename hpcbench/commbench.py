@@ -35,11 +35,12 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 
 import hpcbench
-from hpcbench import rankenv, textable
 from hpcbench.analysis.commfile import KIND, RESULT_DTYPE, VERSION
 from hpcbench.analysis.model import bus_bandwidth
+from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
-from hpcbench.ports import free_port
+from hpcbench.rank import env as rankenv
+from hpcbench.rank.net import free_port
 
 PROG = "hpcbench.commbench"
 DEFAULT_SIZES = "4K,16K,64K,256K,1M,4M"

@@ -19,18 +19,19 @@ from typing import Any
 import numpy as np
 
 import hpcbench
-from hpcbench import provenance, rankenv
-from hpcbench.comm import Comm, MPIComm, SelfComm
 from hpcbench.errors import HpcbenchError
-from hpcbench.failures import describe, write_account
 from hpcbench.frameworks import FRAMEWORKS, Framework
-from hpcbench.runfile import RunFile
+from hpcbench.rank import env as rankenv
+from hpcbench.rank import provenance
+from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
+from hpcbench.rank.failures import describe, write_account
+from hpcbench.rank.watchdog import Watchdog
 from hpcbench.store import schema
 from hpcbench.store.status import keep_aside, result_status
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
+from hpcbench.sweepdir.runfile import RunFile
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
-from hpcbench.watchdog import Watchdog
 
 
 def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:

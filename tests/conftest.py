@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from hpcbench import envs
 from hpcbench.errors import HpcbenchError
+from hpcbench.plan import envs
 from hpcbench.store.reader import PointData, read_point
 
 ROOT = Path(__file__).resolve().parent.parent

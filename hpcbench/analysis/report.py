@@ -14,7 +14,7 @@ import pandas as pd
 
 from hpcbench.analysis import figures
 from hpcbench.analysis.tables import Analysis
-from hpcbench.atomic import write_text_atomic
+from hpcbench.sweepdir.atomic import write_text_atomic
 
 Format = Callable[[object], str]
 

@@ -1,5 +1,5 @@
 """Executors, one module each, found by name through `EXECUTORS`."""
 
-from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.executors.base import EXECUTORS, Executor, catalog
 
-__all__ = ["EXECUTORS", "Executor"]
+__all__ = ["EXECUTORS", "Executor", "catalog"]

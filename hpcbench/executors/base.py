@@ -5,19 +5,30 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, TextIO
+from typing import Any, ClassVar, TextIO
 
-from hpcbench.manifest import Manifest
-from hpcbench.plan import Launch
-from hpcbench.profiles import SiteProfile
+from hpcbench.errors import SpecError
+
+from hpcbench.plan.launch import Launch
+from hpcbench.plan.profiles import SiteProfile
 from hpcbench.registry import Registry
-from hpcbench.spec import Sweep
+from hpcbench.spec import OptionsParser, Sweep
+from hpcbench.sweepdir.manifest import Manifest
 
 
 class Executor(ABC):
+    """Runs a sweep's launches. An executor with options owns a section of the spec named
+    after it (and of site profiles): `parse_options` validates it (path, raw) -> values."""
+
     name: ClassVar[str]
     requires: ClassVar[tuple[str, ...]] = ()
     local: ClassVar[bool]  # every rank on this host
+    has_options: ClassVar[bool] = False
+
+    @classmethod
+    def parse_options(cls, path: str, raw: Any) -> dict[str, Any]:
+        """The validated values of this executor's options section (only the keys given)."""
+        raise SpecError(path, f"executor {cls.name!r} takes no options", "no such section")
 
     def __init__(
         self, manifest: Manifest, sweep: Sweep, profile: SiteProfile, out: TextIO, verbose: bool = False
@@ -46,3 +57,8 @@ class Executor(ABC):
 
 
 EXECUTORS: Registry[type[Executor]] = Registry("executor", "hpcbench.executors")
+
+
+def catalog() -> dict[str, OptionsParser | None]:
+    """Every registered executor's name and options parser, as spec loading wants them."""
+    return {cls.name: cls.parse_options if cls.has_options else None for cls in EXECUTORS}

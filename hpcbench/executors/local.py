@@ -12,14 +12,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcbench import manifest as mf
 from hpcbench.executors.base import EXECUTORS, Executor
-from hpcbench.failures import failure_hint
-from hpcbench.lock import in_use
-from hpcbench.paths import inside
-from hpcbench.plan import Launch
+from hpcbench.plan.launch import Launch
+from hpcbench.rank.failures import failure_hint
 from hpcbench.store import schema
 from hpcbench.store.status import keep_aside, mark_failed, result_status
+from hpcbench.sweepdir import manifest as mf
+from hpcbench.sweepdir.lock import in_use
+from hpcbench.sweepdir.paths import inside
 
 KILL_GRACE_S = 10.0
 

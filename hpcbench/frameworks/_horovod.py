@@ -19,7 +19,7 @@ from typing import Any
 
 
 class HorovodComm:
-    """The `hpcbench.comm.Comm` protocol over an initialised Horovod binding."""
+    """The `hpcbench.rank.collectives.Comm` protocol over an initialised Horovod binding."""
 
     def __init__(self, hvd: Any) -> None:
         self._hvd = hvd

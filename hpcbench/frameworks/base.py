@@ -9,15 +9,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench import data
-from hpcbench import models as zoo
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
 from hpcbench.registry import Registry, import_error
 from hpcbench.spec import Point
-from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Recorder
+from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
 

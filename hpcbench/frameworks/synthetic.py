@@ -13,9 +13,9 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from hpcbench.comm import Comm
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, Problem
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
 from hpcbench.store.schema import PHASES
 from hpcbench.trace.recorder import Phase, Recorder

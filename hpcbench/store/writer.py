@@ -23,8 +23,8 @@ from typing import Any, Protocol
 import h5py
 import numpy as np
 
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
+from hpcbench.rank.collectives import Comm
 from hpcbench.store import schema
 
 

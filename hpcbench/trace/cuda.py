@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.trace.comm import INITIAL_CAPACITY, CommRecorder
+from hpcbench.trace.messages import INITIAL_CAPACITY, CommRecorder
 from hpcbench.trace.recorder import _END, _N_MARKS, _START, Phase, Recorder
 
 DEVICE_PHASES = ("h2d", "forward", "backward", "comm", "update")

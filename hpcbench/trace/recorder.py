@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.store.schema import ITERATION_DTYPE, PHASES
-from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.messages import CommRecorder
 
 
 class Phase:

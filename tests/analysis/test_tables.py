@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 
 from hpcbench.analysis import stats, tables
-from hpcbench.analysis.fabricate import write_point_file
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
+from hpcbench.testing.fabricate import write_point_file
 from tests.analysis.helpers import comm_rows, eval_rows, iterations, resource_rows
 
 MIB = 2**20

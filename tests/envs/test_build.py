@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench import envs
+from hpcbench.plan import envs
 
 pytestmark = pytest.mark.slow
 BUILD = envs.ROOT / "envs" / "build.sh"

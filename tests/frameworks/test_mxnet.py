@@ -17,10 +17,10 @@ import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from hpcbench import models
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
+from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -152,15 +152,15 @@ def test_gluon_models_have_the_parameters_of_the_model_trees() -> None:
     exe = env_python("legacy", "mxnet")
     code = """
 import mxnet as mx
-from hpcbench import models as zoo
-from hpcbench.frameworks import _mx_models
+from hpcbench.workloads import zoo
+from hpcbench.frameworks.mxnet import layers as mx_layers
 for name in zoo.NAMES:
     m = zoo.model(name)
-    net = _mx_models.build(m)
+    net = mx_layers.build(m)
     net.initialize(mx.init.Xavier())
     net.hybridize(static_alloc=True, static_shape=True)
     out = net(mx.nd.zeros((1, *m.input)))
-    print(name, _mx_models.count_trainable(net), zoo.count_parameters(m), tuple(out.shape[1:]) == zoo.shapes(m))
+    print(name, mx_layers.count_trainable(net), zoo.count_parameters(m), tuple(out.shape[1:]) == zoo.shapes(m))
 """
     res = run_in(exe, code)
     assert res.returncode == 0, res.stderr
@@ -175,7 +175,7 @@ def test_a_kvstore_that_would_train_locally_is_refused() -> None:
     exe = env_python("legacy", "mxnet")
     code = """
 import mxnet as mx
-from hpcbench.frameworks.mxnet import KVStoreError, create_kvstore
+from hpcbench.frameworks.mxnet.adapter import KVStoreError, create_kvstore
 # What is guarded against: MXNet 1.9 hands out a store for 'horovod' (or any unknown name)
 # without an error, and it is local: one worker, nothing exchanged.
 kv = mx.kv.create("horovod")

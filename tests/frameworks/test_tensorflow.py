@@ -19,8 +19,8 @@ import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from hpcbench import models
 from hpcbench.store.reader import PointData
+from hpcbench.workloads import zoo as models
 from tests.conftest import MPI_ENV, ROOT, env_python, run_sweep, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -106,7 +106,7 @@ def same_weights(data: PointData) -> None:
 def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
     exe = env_python("modern", "tensorflow")
     code = (
-        "import json; from hpcbench import models; from hpcbench.frameworks import _tf_models as m\n"
+        "import json; from hpcbench import models; from hpcbench.frameworks.tensorflow import layers as tf_layers as m\n"
         "print(json.dumps({n: [m.trainable_count(k := m.build(models.model(n))), list(k.output_shape[1:])]"
         " for n in models.NAMES}))"
     )
@@ -193,7 +193,7 @@ def leftover_servers() -> list[int]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "hpcbench.frameworks._tf_ps_server" in cmdline:
+        if "hpcbench.frameworks.tensorflow.ps_server" in cmdline:
             found.append(proc.pid)
     return found
 

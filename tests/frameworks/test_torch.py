@@ -9,8 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench import envs, models
+from hpcbench.plan import envs
 from hpcbench.store.reader import PointData
+from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text
 from tests.unit.test_data import make_mnist
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpcbench import models
 from hpcbench.analysis import commfile
 from hpcbench.trace.recorder import Phase, clock_offset_ns
+from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text
 
 torch = pytest.importorskip("torch")

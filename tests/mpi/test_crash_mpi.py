@@ -21,9 +21,9 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
+from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
 from tests.conftest import ROOT, run_module, spec_text
 from tests.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 

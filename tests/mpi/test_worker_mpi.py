@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from hpcbench.analysis import metrics
-from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store import PHASES
 from hpcbench.store.reader import PointData, read_point
+from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
 from tests.conftest import run_module, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -133,7 +133,9 @@ def test_a_stalled_rank_is_caught_by_the_watchdog(write_spec: Callable[..., Path
     spec = write_spec(text)
     out = tmp_path / "sweep"
     t0 = time.monotonic()
-    res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "1:20:stall"}, timeout=120)
+    res = run_module(
+        "hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "1:20:stall"}, timeout=120
+    )
     assert time.monotonic() - t0 < 60
     assert res.returncode == 1
     (entry,) = Manifest.load(out).entries.values()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcbench import rankenv
-from hpcbench.comm import Comm, MPIComm, SelfComm
+from hpcbench.rank import env as rankenv
+from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 

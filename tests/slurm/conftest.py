@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.manifest import ACTIVE, Manifest
+from hpcbench.sweepdir.manifest import ACTIVE, Manifest
 from tests.conftest import ROOT, Result, run_module
 
 STATE_DIR = "/tmp/hpcbench-slurm-tests"

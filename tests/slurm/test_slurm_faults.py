@@ -18,8 +18,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store.reader import read_point
+from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
 from tests.conftest import run_module
 from tests.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_flushed_rows, rank_pids
 from tests.slurm.conftest import wait_for_state, wait_until_finished

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.manifest import DONE, FAILED, Manifest
 from hpcbench.store.reader import read_point
+from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
 from tests.conftest import ROOT, run_module, spec_text
 from tests.slurm.conftest import MAX_ARRAY_SIZE, wait_for_state, wait_until_finished
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench import data
-from hpcbench.data import DataError
+from hpcbench.workloads import datasets as data
+from hpcbench.workloads.datasets import DataError
 
 
 def write_idx(path: Path, array: np.ndarray, compress: bool = False) -> None:

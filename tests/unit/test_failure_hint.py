@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.executors.slurm import _sacct_time, job_logs
-from hpcbench.failures import HINT_CHARS, describe, failure_hint, write_account
+from hpcbench.executors.slurm.executor import _sacct_time, job_logs
+from hpcbench.rank.failures import HINT_CHARS, describe, failure_hint, write_account
 
 T0 = "2026-11-24T02:27:18.081000+00:00"
 T1 = "2026-11-24T02:27:18.090000+00:00"

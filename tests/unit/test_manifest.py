@@ -1,4 +1,4 @@
-"""hpcbench.manifest and hpcbench.atomic: the sweep directory's bookkeeping on disk."""
+"""hpcbench.sweepdir.manifest and hpcbench.sweepdir.atomic: the sweep directory's bookkeeping on disk."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from hpcbench import manifest
-from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError
-from hpcbench.manifest import Entry, Manifest
 from hpcbench.spec import Point
+from hpcbench.sweepdir import manifest
+from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.manifest import Entry, Manifest
 
 P1 = Point(ranks_per_node=1, batch_size=8)
 P2 = Point(ranks_per_node=2, batch_size=8, environ=(("NCCL_DEBUG", "INFO"),))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpcbench import models
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks import _torch_models
+from hpcbench.frameworks.torch import layers as torch_layers
+from hpcbench.workloads import zoo as models
 
 # Published parameter counts of the reference implementations these trees follow
 # (torchvision's alexnet, resnet50, inception_v3 without its auxiliary head; Caffe's
@@ -29,7 +29,7 @@ def test_parameter_counts_match_the_reference_networks(name: str) -> None:
 @pytest.mark.parametrize("name", models.NAMES)
 def test_torch_builds_exactly_the_described_network(name: str) -> None:
     spec = models.model(name)
-    module = _torch_models.build(spec)
+    module = torch_layers.build(spec)
     assert sum(p.numel() for p in module.parameters()) == models.count_parameters(spec)
     module.eval()
     with torch.no_grad():

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.manifest import Manifest
-from hpcbench.paths import inside
-from hpcbench.runfile import RunFile
+from hpcbench.sweepdir.manifest import Manifest
+from hpcbench.sweepdir.paths import inside
+from hpcbench.sweepdir.runfile import RunFile
 from tests.conftest import run_module, spec_text
 
 

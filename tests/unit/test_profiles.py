@@ -1,4 +1,4 @@
-"""hpcbench.profiles: finding, parsing and recording site profiles."""
+"""hpcbench.plan.profiles: finding, parsing and recording site profiles."""
 
 from __future__ import annotations
 
@@ -9,11 +9,25 @@ from typing import Any
 import pytest
 import yaml
 
-from hpcbench import profiles
 from hpcbench.errors import SpecError
-from hpcbench.profiles import SiteProfile
+from hpcbench.executors import catalog
+from hpcbench.plan import profiles
+from hpcbench.plan.launch import sections
+from hpcbench.plan.profiles import SiteProfile
 
-SHIPPED_DIR = Path(__file__).resolve().parents[2] / "slurm" / "profiles"
+# The executors' option parsers, as the sweep command hands them to profile loading.
+SECTIONS = sections(catalog())
+
+
+def load(name: str | None) -> profiles.SiteProfile:
+    return profiles.load(name, SECTIONS)
+
+
+def from_dict(d: dict[str, Any]) -> profiles.SiteProfile:
+    return profiles.from_dict(d, SECTIONS)
+
+
+SHIPPED_DIR = Path(__file__).resolve().parents[2] / "hpcbench" / "plan" / "site_profiles"
 SHIPPED = ("generic", "infiniband-example", "testcluster")
 
 
@@ -32,7 +46,7 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 def parse_error(text: str, name: str = "site") -> SpecError:
     with pytest.raises(SpecError) as info:
-        profiles.parse(name, Path(f"/x/{name}.yaml"), text)
+        profiles.parse(name, Path(f"/x/{name}.yaml"), text, SECTIONS)
     return info.value
 
 
@@ -46,7 +60,7 @@ def test_shipped_profiles_are_available() -> None:
 
 
 def test_generic_profile() -> None:
-    p = profiles.load("generic")
+    p = load("generic")
     assert p.name == "generic"
     assert Path(p.path) == SHIPPED_DIR / "generic.yaml"
     assert p.srun_args == ("--mpi=pmix",)
@@ -59,12 +73,12 @@ def test_generic_profile() -> None:
 
 
 def test_none_and_empty_mean_generic() -> None:
-    assert profiles.load(None) == profiles.load("generic")
-    assert profiles.load("") == profiles.load("generic")
+    assert load(None) == load("generic")
+    assert load("") == load("generic")
 
 
 def test_testcluster_profile() -> None:
-    p = profiles.load("testcluster")
+    p = load("testcluster")
     assert p.name == "testcluster"
     assert dict(p.slurm) == {"partition": "debug", "time": 10, "signal_delay_s": 5}
     env = dict(p.env)
@@ -77,7 +91,7 @@ def test_testcluster_profile() -> None:
 
 
 def test_infiniband_example_profile() -> None:
-    p = profiles.load("infiniband-example")
+    p = load("infiniband-example")
     assert p.modules == ("gcc/12.2", "openmpi/4.1.5", "cuda/12.4")
     assert p.setup_lines() == ["module load gcc/12.2 openmpi/4.1.5 cuda/12.4"]
     env = dict(p.env)
@@ -99,7 +113,7 @@ def test_load_by_path(tmp_path: Path) -> None:
     path = write(
         tmp_path, "mysite.yaml", "description: mine\nmodules: [gcc]\nslurm: {partition: gpu, time: '2:00:00'}\n"
     )
-    p = profiles.load(str(path))
+    p = load(str(path))
     assert p.name == "mysite"
     assert p.path == str(path)
     assert p.description == "mine"
@@ -110,18 +124,18 @@ def test_load_by_path(tmp_path: Path) -> None:
 
 def test_load_by_yml_path(tmp_path: Path) -> None:
     path = write(tmp_path, "other.yml", "description: yml\n")
-    assert profiles.load(str(path)).name == "other"
+    assert load(str(path)).name == "other"
 
 
 def test_load_missing_path(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
-        profiles.load(str(tmp_path / "absent.yaml"))
+        load(str(tmp_path / "absent.yaml"))
     assert info.value.path == "profile"
     assert "not found" in str(info.value)
 
 
 def test_empty_profile_file_has_defaults(tmp_path: Path) -> None:
-    p = profiles.load(str(write(tmp_path, "empty.yaml", "")))
+    p = load(str(write(tmp_path, "empty.yaml", "")))
     assert p == SiteProfile(name="empty", path=str(tmp_path / "empty.yaml"))
 
 
@@ -129,8 +143,8 @@ def test_env_folder_is_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     write(tmp_path / "a", "alpha.yaml", "description: from a\n")
     write(tmp_path / "b", "beta.yaml", "description: from b\n")
     monkeypatch.setenv("HPCBENCH_PROFILES", f"{tmp_path / 'a'}::{tmp_path / 'b'}")
-    assert profiles.load("alpha").description == "from a"
-    assert profiles.load("beta").description == "from b"
+    assert load("alpha").description == "from a"
+    assert load("beta").description == "from b"
     names = profiles.available()
     assert {"alpha", "beta", *SHIPPED} <= set(names)
     assert profiles.search_path()[:2] == [tmp_path / "a", tmp_path / "b"]
@@ -140,11 +154,11 @@ def test_env_folder_is_searched(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 def test_env_folder_shadows_shipped_profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     mine = write(tmp_path, "generic.yaml", "description: my generic\nsrun_args: [--mpi=pmi2]\n")
     monkeypatch.setenv("HPCBENCH_PROFILES", str(tmp_path))
-    p = profiles.load("generic")
+    p = load("generic")
     assert p.description == "my generic"
     assert p.path == str(mine)
     assert p.srun_args == ("--mpi=pmi2",)
-    assert profiles.load(None).srun_args == ("--mpi=pmi2",)
+    assert load(None).srun_args == ("--mpi=pmi2",)
     assert profiles.available().count("generic") == 1
 
 
@@ -152,20 +166,20 @@ def test_first_env_folder_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     write(tmp_path / "one", "site.yaml", "description: one\n")
     write(tmp_path / "two", "site.yaml", "description: two\n")
     monkeypatch.setenv("HPCBENCH_PROFILES", f"{tmp_path / 'one'}:{tmp_path / 'two'}")
-    assert profiles.load("site").description == "one"
+    assert load("site").description == "one"
 
 
 def test_missing_env_folder_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HPCBENCH_PROFILES", str(tmp_path / "nowhere"))
     assert set(SHIPPED) <= set(profiles.available())
-    assert profiles.load("testcluster").name == "testcluster"
+    assert load("testcluster").name == "testcluster"
 
 
 def test_unknown_name_lists_available(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write(tmp_path, "local-site.yaml", "description: x\n")
     monkeypatch.setenv("HPCBENCH_PROFILES", str(tmp_path))
     with pytest.raises(SpecError) as info:
-        profiles.load("no-such-cluster")
+        load("no-such-cluster")
     err = info.value
     assert err.path == "profile"
     assert "'no-such-cluster' not found" in err.problem
@@ -177,7 +191,7 @@ def test_unreadable_profile_is_a_spec_error(tmp_path: Path) -> None:
     path = tmp_path / "binary.yaml"
     path.write_bytes(b"\xff\xfe\x00bad")
     with pytest.raises(SpecError) as info:
-        profiles.load(str(path))
+        load(str(path))
     assert info.value.path == "profile"
     assert "cannot be read" in info.value.problem
 
@@ -193,7 +207,7 @@ def test_not_a_mapping() -> None:
 
 def test_invalid_yaml() -> None:
     with pytest.raises(SpecError):
-        profiles.parse("site", Path("x"), "modules: [a\n")
+        profiles.parse("site", Path("x"), "modules: [a\n", SECTIONS)
 
 
 def test_unknown_key_lists_keys() -> None:
@@ -243,7 +257,7 @@ def test_env_not_mapping_and_bad_values() -> None:
 
 
 def test_env_values_become_text() -> None:
-    p = profiles.parse("s", Path("s.yaml"), "env: {B: 3, A: 1.5, C: x}\n")
+    p = profiles.parse("s", Path("s.yaml"), "env: {B: 3, A: 1.5, C: x}\n", SECTIONS)
     assert p.env == (("A", "1.5"), ("B", "3"), ("C", "x"))
 
 
@@ -295,7 +309,7 @@ def test_setup_lines_without_modules() -> None:
 
 
 def test_modules_from_yaml_stay_one_token_each() -> None:
-    p = profiles.parse("s", Path("s.yaml"), "modules: ['a b', 'c;d', plain]\nsetup: ['echo hi']\n")
+    p = profiles.parse("s", Path("s.yaml"), "modules: ['a b', 'c;d', plain]\nsetup: ['echo hi']\n", SECTIONS)
     lines = p.setup_lines()
     assert shlex.split(lines[0]) == ["module", "load", "a b", "c;d", "plain"]
     assert lines[1] == "echo hi"
@@ -303,8 +317,8 @@ def test_modules_from_yaml_stay_one_token_each() -> None:
 
 @pytest.mark.parametrize("name", SHIPPED)
 def test_round_trip_shipped(name: str) -> None:
-    p = profiles.load(name)
-    assert profiles.from_dict(p.as_dict()) == p
+    p = load(name)
+    assert from_dict(p.as_dict()) == p
 
 
 def test_round_trip_full_profile(tmp_path: Path) -> None:
@@ -326,7 +340,7 @@ def test_round_trip_full_profile(tmp_path: Path) -> None:
             },
         }
     )
-    p = profiles.load(str(write(tmp_path, "full.yaml", text)))
+    p = load(str(write(tmp_path, "full.yaml", text)))
     d: dict[str, Any] = p.as_dict()
     assert d["slurm"] == {
         "partition": "gpu",
@@ -338,15 +352,15 @@ def test_round_trip_full_profile(tmp_path: Path) -> None:
     assert d["env"] == {"NCCL_DEBUG": "INFO", "X": "3"}
     assert d["name"] == "full"
     assert d["path"] == str(tmp_path / "full.yaml")
-    back = profiles.from_dict(d)
+    back = from_dict(d)
     assert back == p
     # and through the YAML dump a run file records
-    assert profiles.from_dict(yaml.safe_load(profiles.dump(p))) == p
+    assert from_dict(yaml.safe_load(profiles.dump(p))) == p
 
 
 def test_from_dict_validates() -> None:
-    d = profiles.load("generic").as_dict()
+    d = load("generic").as_dict()
     d["slurm"] = {"time": -1}
     with pytest.raises(SpecError) as info:
-        profiles.from_dict(d)
+        from_dict(d)
     assert info.value.path == "profile generic: slurm.time"

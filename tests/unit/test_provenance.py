@@ -1,10 +1,10 @@
-"""hpcbench.provenance.recorded_environment: keep performance variables, mask secrets."""
+"""hpcbench.rank.provenance.recorded_environment: keep performance variables, mask secrets."""
 
 from __future__ import annotations
 
 import pytest
 
-from hpcbench.provenance import recorded_environment
+from hpcbench.rank.provenance import recorded_environment
 
 ENV = {
     "OMP_NUM_THREADS": "4",

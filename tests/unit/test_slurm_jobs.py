@@ -1,4 +1,4 @@
-"""hpcbench.executors.slurm, the parts that need no Slurm: job names, job parameters, grouping, sbatch text.
+"""hpcbench.executors.slurm.executor, the parts that need no Slurm: job names, job parameters, grouping, sbatch text.
 
 `refresh` and `sacct_runs` run sacct and are covered by the tests against the test cluster.
 """
@@ -13,19 +13,20 @@ from typing import Any
 
 import pytest
 
-from hpcbench import plan, profiles
 from hpcbench.errors import HpcbenchError
-from hpcbench.executors import slurm
-from hpcbench.plan import Launch
-from hpcbench.profiles import SiteProfile
-from hpcbench.slurm_options import SlurmOptions, parse
+from hpcbench.executors.slurm import executor as slurm
+from hpcbench.executors.slurm.options import SlurmOptions, parse
+from hpcbench.plan import launch as plan
+from hpcbench.plan import profiles
+from hpcbench.plan.launch import Launch
+from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import Point
 
 SWEEP_DIR = Path("/tmp/x")
 FOLDER = Path("/tmp/x/slurm/dry-run/%j")
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 
-# A profile with everything that reaches a job, written here rather than read from slurm/profiles/.
+# A profile with everything that reaches a job, written here rather than read from the shipped profiles.
 SITE = SiteProfile(
     name="site",
     path="site.yaml",

@@ -450,7 +450,7 @@ BAD_SPECS: list[tuple[str, str, str, list[str]]] = [
 )
 def test_bad_spec_names_path_value_and_allowed(text: str, path: str, words: list[str]) -> None:
     with pytest.raises(SpecError) as info:
-        load_sweep(text)
+        load_sweep(text, choices={"executor": ["local", "slurm"]})
     err = info.value
     assert err.path == path
     message = str(err)
@@ -505,7 +505,7 @@ def test_empty_choice_list_says_none_defined() -> None:
 )
 def test_falsy_non_mapping_section_is_an_error(text: str, path: str) -> None:
     with pytest.raises(SpecError) as info:
-        load_sweep(text)
+        load_sweep(text, choices={"executor": ["local", "slurm"]})
     assert info.value.path == path
 
 

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcbench.errors import SpecError, one_line
-from hpcbench.plan import load_text
+from hpcbench.executors import catalog
+from hpcbench.plan.launch import load_text
 from tests.conftest import run_module
 
 VALID: dict[str, Any] = {
@@ -47,13 +48,13 @@ not_a_name = st.one_of(
 
 
 def load(spec: Any) -> None:
-    load_text(yaml.safe_dump(spec, allow_unicode=True))
+    load_text(yaml.safe_dump(spec, allow_unicode=True), catalog())
 
 
 def error_of(text: str) -> SpecError | None:
     """The SpecError loading `text` raises (None if it loads); any other exception fails the test."""
     try:
-        load_text(text)
+        load_text(text, catalog())
     except SpecError as exc:
         return exc
     return None

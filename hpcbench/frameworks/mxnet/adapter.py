@@ -10,7 +10,7 @@ where a phase ends and at no other place:
   `backward()` and the engine starts it as soon as that gradient is written, so exchange
   overlaps the rest of backward as it does in any MXNet training loop. The moments a
   gradient became ready, a push was taken by the servers, new weights arrived (or an
-  all-reduce finished) are stamped by the engine itself (`_mx_engine.Stamps`), not by a
+  all-reduce finished) are stamped by the engine itself (`engine.Stamps`), not by a
   wait (three stamps per parameter with a kvstore, two with Horovod, about 12 µs each on
   the 2-core development VM; the message rows are written after the step's last mark).
   `backward` ends when the last gradient was ready; `comm` is what remained after that,
@@ -40,7 +40,7 @@ Backends:
   In `dist_async` the servers apply each push on arrival and a worker pulls whatever they
   hold, so ranks' weights differ during training and the usual check (equal parameters on
   all ranks) does not apply. Instead the servers count the updates they apply (one more
-  key, `_mx_ps.VersionCounting`, pushed and pulled with every iteration: 4 bytes each way,
+  key, `ps.VersionCounting`, pushed and pulled with every iteration: 4 bytes each way,
   inside the comm phase, not in the comm table): each pull returns that count, so each
   iteration's staleness (updates by other workers since this worker's previous pull) is
   measured (the log gives its mean and maximum), and before each evaluation the workers
@@ -80,15 +80,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench import data
-from hpcbench import models as zoo
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
-from hpcbench.ports import free_port
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
+from hpcbench.rank.net import free_port
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
+from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 KVSTORES = ("dist_sync", "dist_async")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
@@ -304,7 +304,7 @@ class MXNetFramework(Framework):
         os.environ["DMLC_ROLE"] = "worker"
         roles = self._roles = _Roles(comm, float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", INIT_TIMEOUT_S)))
         child = dict(os.environ)
-        # The servers unpickle the workers' optimizer (`_mx_ps`): they must import hpcbench.
+        # The servers unpickle the workers' optimizer (`ps.py`): they must import hpcbench.
         child["PYTHONPATH"] = os.pathsep.join(p for p in (child.get("PYTHONPATH"), _hpcbench_root()) if p)
         if comm.rank == 0:
             roles.start("scheduler", {**child, "DMLC_ROLE": "scheduler"})
@@ -326,8 +326,8 @@ class MXNetFramework(Framework):
         import mxnet as mx
         from mxnet import gluon
 
-        from hpcbench.frameworks import _mx_models
-        from hpcbench.frameworks._mx_engine import Stamps, ref
+        from hpcbench.frameworks.mxnet import layers as mx_layers
+        from hpcbench.frameworks.mxnet.engine import Stamps, ref
 
         self._ctx = mx.gpu(self._local_rank) if point.device == "cuda" else mx.cpu()
         model = self._model = model_for(point)
@@ -336,10 +336,10 @@ class MXNetFramework(Framework):
             shard.train, point.batch_size, point.seed, self._rank, point.dataset != "synthetic"
         )
         mx.random.seed(point.seed)  # the same initial weights on every rank
-        net = self._net = _mx_models.build(model)
+        net = self._net = mx_layers.build(model)
         net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self._ctx)
         net.hybridize(static_alloc=True, static_shape=True)
-        self._params = params = _mx_models.trainable(net)
+        self._params = params = mx_layers.trainable(net)
         self._weights = [p.data(self._ctx) for p in params]
         self._grads = [p.grad(self._ctx) for p in params]
         self._weight_refs = [ref(w) for w in self._weights]
@@ -358,7 +358,7 @@ class MXNetFramework(Framework):
             rescale = 1.0 / (point.batch_size * (self._size if sync else 1))
             optimizer = self._optimizer(point, rescale)
             if not sync:
-                from hpcbench.frameworks._mx_ps import VersionCounting
+                from hpcbench.frameworks.mxnet.ps import VersionCounting
 
                 optimizer = VersionCounting(optimizer, version_key=n)
             kv = self._kv

@@ -4,7 +4,7 @@ Every backend runs the same custom training loop (no `model.fit`), with the same
 boundaries:
 
 - data: the next batch of this rank's shard (numpy; images already channels-last: the
-  NCHW arrays of `hpcbench.data` are transposed once, in `build`, not per step);
+  NCHW arrays of `hpcbench.workloads.datasets` are transposed once, in `build`, not per step);
 - h2d: the batch becomes TensorFlow tensors (a copy on CPU, to the device on GPU);
 - forward, backward, comm, update: one compiled `tf.function` (a `GradientTape` inside),
   as TensorFlow runs a training step natively: forward, backward, the gradient messages,
@@ -40,7 +40,7 @@ Backends (`extra` options in brackets):
 - `horovod`: `horovod.tensorflow`; the same packs, each a `hvd.grouped_allreduce` (one
   fused Horovod message; a one-tensor pack is a plain `hvd.allreduce`). Initial weights are
   broadcast from rank 0. [`bytes_per_pack` as above.]
-- `ps`: parameter servers; see `_tf_ps.py` for the architecture, the `servers` and `sync`
+- `ps`: parameter servers; see `ps.py` for the architecture, the `servers` and `sync`
   options and what is checked in asynchronous mode.
 
 On GPU, the stamps are host times at which the ops ran on the host: kernel launches are
@@ -63,15 +63,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench import data
-from hpcbench import models as zoo
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
-from hpcbench.ports import free_port
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
+from hpcbench.rank.net import free_port
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
+from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 # Collective group of the gradient all-reduces: any key the strategy does not use itself
 # (its own groups count up from 1).
@@ -153,7 +153,7 @@ class TensorFlowFramework(Framework):
         self._own_comm: Comm | None = None  # one made here (Horovod without MPI)
         self._strategy: Any = None
         self._hvd: Any = None
-        self._ps: Any = None  # _tf_ps.ParameterServers
+        self._ps: Any = None  # tf_ps.ParameterServers
         self.rank = 0
         self.size = 1
 
@@ -200,11 +200,11 @@ class TensorFlowFramework(Framework):
         if point.backend == "multiworker":
             self._strategy = self._multiworker(comm)
         elif point.backend == "ps":
-            from hpcbench.frameworks import _tf_ps
+            from hpcbench.frameworks.tensorflow import ps as tf_ps
 
             servers = _int_option(point, "servers", 1, 1)
             sync = bool(dict(point.extra).get("sync", False))
-            self._ps = _tf_ps.ParameterServers(comm, renv, servers, sync, threads)
+            self._ps = tf_ps.ParameterServers(comm, renv, servers, sync, threads)
         else:
             raise HpcbenchError(f"unknown tensorflow backend {point.backend!r}")
 
@@ -236,7 +236,7 @@ class TensorFlowFramework(Framework):
         import keras
         import tensorflow as tf
 
-        from hpcbench.frameworks import _tf_models
+        from hpcbench.frameworks.tensorflow import layers as tf_layers
 
         tree = model_for(point)
         self.tree = tree
@@ -252,11 +252,11 @@ class TensorFlowFramework(Framework):
 
         if self._strategy is not None:
             with self._strategy.scope():
-                self.model = _tf_models.build(tree)
+                self.model = tf_layers.build(tree)
                 self.optimizer = self._optimizer(point)
                 self.optimizer.build(self.model.trainable_variables)
         else:
-            self.model = _tf_models.build(tree)
+            self.model = tf_layers.build(tree)
             self.optimizer = self._optimizer(point)
             self.optimizer.build(self.model.trainable_variables)
         self.variables = list(self.model.trainable_variables)

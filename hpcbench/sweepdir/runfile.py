@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcbench.atomic import write_text_atomic
-from hpcbench.paths import inside
 from hpcbench.spec import Options, Point
+from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.paths import inside
 
 
 @dataclass(frozen=True)

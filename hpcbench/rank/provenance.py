@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 
 import hpcbench
-from hpcbench import comm
+from hpcbench.rank import collectives as comm
 
 # Variables that shape performance; recorded with their values (secrets masked).
 RECORDED_PREFIXES = (

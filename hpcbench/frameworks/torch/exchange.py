@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 
 

@@ -1,8 +1,8 @@
-"""Gluon networks (HybridBlocks, NCHW) built from the framework-neutral trees of `hpcbench.models`.
+"""Gluon networks (HybridBlocks, NCHW) built from the framework-neutral trees of `hpcbench.workloads.zoo`.
 
 Every layer is given its input size (`in_channels`, `in_units`), so parameters have their
 shapes at once (no deferred initialisation) and the builder follows `models.output_shape`
-step by step. Conventions of `hpcbench.models`: pools round down (Gluon's default
+step by step. Conventions of `hpcbench.workloads.zoo`: pools round down (Gluon's default
 `ceil_mode=False`, i.e. `pooling_convention='valid'`), average pools count padded zeros
 (`count_include_pad=True`), and BatchNorm's momentum is converted from PyTorch's convention
 (weight of the batch) to MXNet's (weight of the running value). Trainable parameters
@@ -21,7 +21,7 @@ from mxnet import gluon
 from mxnet.gluon import nn
 from mxnet.gluon.contrib.nn import HybridConcurrent
 
-from hpcbench import models as zoo
+from hpcbench.workloads import zoo
 
 
 class Residual(gluon.HybridBlock):  # type: ignore[misc]  # mxnet has no type information

@@ -1,11 +1,11 @@
-"""Keras 3 models built from the framework-neutral model trees of `hpcbench.models`.
+"""Keras 3 models built from the framework-neutral model trees of `hpcbench.workloads.zoo`.
 
 Imports TensorFlow and Keras at module level: import this module only where they exist
 (inside the TensorFlow adapter's methods).
 
 TensorFlow's CPU kernels want channels-last images, so the Keras model takes NHWC input
-(the adapter transposes the NCHW arrays of `hpcbench.data` once, when it builds its data).
-The layers follow the conventions of `hpcbench.models`:
+(the adapter transposes the NCHW arrays of `hpcbench.workloads.datasets` once, when it builds its data).
+The layers follow the conventions of `hpcbench.workloads.zoo`:
 
 - explicit padding is a `ZeroPadding2D` in front of a layer with `padding="valid"`, so
   output sizes round down exactly as in the tree (and as PyTorch and MXNet do);
@@ -25,7 +25,7 @@ from typing import Any
 
 import keras
 
-from hpcbench import models as zoo
+from hpcbench.workloads import zoo
 
 
 def nhwc(shape: zoo.Shape) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 
 Architecture. Every launched rank is a worker running the timed loop and writing its rows.
 The parameter servers are extra processes: `extra.servers` (default 1) TensorFlow server
-tasks (`tf.distribute.Server(...).join()`, `python -m hpcbench.frameworks._tf_ps_server`),
+tasks (`tf.distribute.Server(...).join()`, `python -m hpcbench.frameworks.tensorflow.ps_server`),
 server k on node k mod nodes, started by the lowest rank of that node at `setup` and ended
 at `teardown`, or by the kernel when that rank dies (PR_SET_PDEATHSIG). Workers connect
 with `tf.config.experimental_connect_to_cluster` (each to the servers only: its own cluster
@@ -54,13 +54,13 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 
-SERVER_MODULE = "hpcbench.frameworks._tf_ps_server"
+SERVER_MODULE = "hpcbench.frameworks.tensorflow.ps_server"
 START_TIMEOUT_S = 120.0
 CONTAINER = "hpcbench"
 _PR_SET_PDEATHSIG = 1
@@ -102,8 +102,8 @@ class ParameterServers:
     def __init__(self, comm: Comm, renv: RankEnv, servers: int, sync: bool, threads: int) -> None:
         import tensorflow as tf
 
-        from hpcbench.frameworks.tensorflow import cluster_hosts
-        from hpcbench.ports import free_port
+        from hpcbench.frameworks.tensorflow.adapter import cluster_hosts
+        from hpcbench.rank.net import free_port
 
         self.comm = comm
         self.servers = servers
@@ -157,7 +157,7 @@ class ParameterServers:
         """Put `model`'s trainable variables on the servers and compile the step's functions."""
         import tensorflow as tf
 
-        from hpcbench.frameworks.tensorflow import Messages
+        from hpcbench.frameworks.tensorflow.adapter import Messages
 
         variables = list(model.trainable_variables)
         self.variables = variables

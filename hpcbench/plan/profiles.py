@@ -1,7 +1,8 @@
 """Site profiles: what a cluster needs around every job (modules, network settings, container).
 
 A profile is a YAML file, found by name in $HPCBENCH_PROFILES (a ':'-separated list of
-folders) and then in the `slurm/profiles/` folder of this source tree, or given by path::
+folders) and then among the profiles shipped in the package (`hpcbench/plan/site_profiles/`,
+package data, so an installed hpcbench has them too), or given by path::
 
     description: one line
     modules: [gcc/12, openmpi/4.1]           # `module load ...` before the job's command
@@ -11,6 +12,9 @@ folders) and then in the `slurm/profiles/` folder of this source tree, or given 
     mpirun_args: []                          # extra mpirun options inside a job
     container: [apptainer, exec, --nv, /images/dl.sif]   # prefix of every rank's command
     slurm: {partition: gpu, account: proj}   # option defaults under the spec's slurm section
+
+A section named after an executor (`slurm:`) holds that executor's option defaults and is
+validated by that executor's own parser, handed in by the caller.
 """
 
 from __future__ import annotations
@@ -24,12 +28,12 @@ from typing import Any
 
 import yaml
 
-from hpcbench import slurm_options
 from hpcbench.errors import SpecError
-from hpcbench.spec import environ_items, parse_yaml
+from hpcbench.spec import OptionsParser, environ_items, parse_yaml
+from hpcbench.spec.point import freeze, thaw
 
 DEFAULT = "generic"
-_SOURCE_DIR = Path(__file__).resolve().parent.parent / "slurm" / "profiles"
+_SHIPPED_DIR = Path(__file__).resolve().parent / "site_profiles"
 _KEYS = ("description", "modules", "setup", "env", "srun_args", "mpirun_args", "container", "slurm")
 
 
@@ -61,13 +65,13 @@ class SiteProfile:
             "srun_args": list(self.srun_args),
             "mpirun_args": list(self.mpirun_args),
             "container": list(self.container),
-            "slurm": slurm_options.to_raw(dict(self.slurm)),
+            "slurm": thaw(self.slurm),
         }
 
 
 def search_path() -> list[Path]:
     extra = [Path(p) for p in os.environ.get("HPCBENCH_PROFILES", "").split(":") if p]
-    return [*extra, _SOURCE_DIR]
+    return [*extra, _SHIPPED_DIR]
 
 
 def available() -> list[str]:
@@ -80,7 +84,7 @@ def _strings(path: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def parse(name: str, path: Path, text: str) -> SiteProfile:
+def parse(name: str, path: Path, text: str, sections: Mapping[str, OptionsParser] | None = None) -> SiteProfile:
     raw = parse_yaml(text) or {}
     where = f"profile {name}"
     if not isinstance(raw, Mapping):
@@ -95,15 +99,18 @@ def parse(name: str, path: Path, text: str) -> SiteProfile:
     if "env" in raw:
         values["env"] = environ_items(f"{where}: env", raw["env"])
     if "slurm" in raw:
-        values["slurm"] = slurm_options.as_items(f"{where}: slurm", raw["slurm"])
+        parse_options = (sections or {}).get("slurm")
+        checked = parse_options(f"{where}: slurm", raw["slurm"]) if parse_options else raw["slurm"]
+        values["slurm"] = freeze(f"{where}: slurm", checked)
     description = raw.get("description") or ""
     if not isinstance(description, str):
         raise SpecError(f"{where}: description", f"{description!r} is not a string", "one line of text")
     return SiteProfile(name=name, path=str(path), description=description, **values)
 
 
-def load(name_or_path: str | None) -> SiteProfile:
-    """The profile of that name (or file); `None` means the generic one."""
+def load(name_or_path: str | None, sections: Mapping[str, OptionsParser] | None = None) -> SiteProfile:
+    """The profile of that name (or file); `None` means the generic one. `sections` are the
+    executors' option parsers (`hpcbench.plan.launch.sections`)."""
     name = name_or_path or DEFAULT
     candidate = Path(name)
     if candidate.suffix in (".yaml", ".yml") or os.sep in name:
@@ -116,14 +123,15 @@ def load(name_or_path: str | None) -> SiteProfile:
                 text = path.read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError) as exc:
                 raise SpecError("profile", f"{path} cannot be read ({exc})") from None
-            return parse(candidate.stem, path, text)
+            return parse(candidate.stem, path, text, sections)
     raise SpecError("profile", f"{name!r} not found", ", ".join(available()) or "no profiles found")
 
 
-def from_dict(d: Mapping[str, Any]) -> SiteProfile:
-    """The profile recorded in a run file (SiteProfile.as_dict) back as a SiteProfile."""
+def from_dict(d: Mapping[str, Any], sections: Mapping[str, OptionsParser] | None = None) -> SiteProfile:
+    """The profile recorded in a run file (SiteProfile.as_dict, validated when the run file
+    was written) back as a SiteProfile."""
     text = yaml.safe_dump({k: v for k, v in d.items() if k in _KEYS})
-    return parse(str(d.get("name", DEFAULT)), Path(str(d.get("path", ""))), text)
+    return parse(str(d.get("name", DEFAULT)), Path(str(d.get("path", ""))), text, sections)
 
 
 def dump(profile: SiteProfile) -> str:

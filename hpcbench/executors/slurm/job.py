@@ -12,9 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hpcbench import plan, profiles, worker
+from hpcbench import worker
 from hpcbench.errors import HpcbenchError
-from hpcbench.runfile import RunFile
+from hpcbench.plan import launch as plan
+from hpcbench.plan import profiles
+from hpcbench.sweepdir.runfile import RunFile
 
 RENDEZVOUS_PORT_BASE = 20000
 

@@ -1,4 +1,4 @@
-"""What works in this interpreter: `python -m hpcbench.capabilities [--json]`.
+"""What works in this interpreter: `python -m hpcbench.plan.capabilities [--json]`.
 
 Probes every framework x backend of the registry (`Framework.unavailable`), every launcher
 (its program on PATH, its modules), which launcher can start which framework x backend
@@ -29,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TextIO, TypedDict
 
-from hpcbench import textable
+from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
 
 REPORT_VERSION = 1
@@ -293,7 +293,7 @@ def run_probe(python: Path, timeout: float = 600, extra_path: Path | None = None
 
 def survey() -> list[tuple[str, Report | str]]:
     """(label, report or reason) for this interpreter and every named environment."""
-    from hpcbench import envs
+    from hpcbench.plan import envs
 
     targets: list[tuple[str, Path | None, Path | None]] = [("this interpreter", Path(sys.executable), envs.ROOT)]
     for name in envs.NAMES:
@@ -330,7 +330,7 @@ def check(out: TextIO) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hpcbench.capabilities", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m hpcbench.plan.capabilities", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

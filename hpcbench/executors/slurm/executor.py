@@ -21,19 +21,20 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from hpcbench import jobs
-from hpcbench import manifest as mf
 from hpcbench.errors import HpcbenchError
 from hpcbench.executors.base import EXECUTORS, Executor
-from hpcbench.failures import failure_hint
+from hpcbench.executors.slurm import job as jobs
+from hpcbench.executors.slurm import options as slurm_options
+from hpcbench.executors.slurm.options import SlurmOptions
 from hpcbench.launchers import LAUNCHERS
-from hpcbench.paths import inside
-from hpcbench.plan import Launch
-from hpcbench.profiles import SiteProfile
-from hpcbench.slurm_options import SlurmOptions
+from hpcbench.plan.launch import Launch
+from hpcbench.plan.profiles import SiteProfile
+from hpcbench.rank.failures import failure_hint
 from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.store.status import mark_failed, result_status
+from hpcbench.sweepdir import manifest as mf
+from hpcbench.sweepdir.paths import inside
 
 # what submitit raises in the job when the time limit's warning signal arrives
 SUBMITIT_TIMEOUT = "UncompletedJobError: Job not requeued because: timed-out"
@@ -152,11 +153,16 @@ def chunks(items: Sequence[Launch], size: int) -> Iterable[Sequence[Launch]]:
 @EXECUTORS.register
 class SlurmExecutor(Executor):
     name = "slurm"
+    has_options = True
+
+    @classmethod
+    def parse_options(cls, path: str, raw: Any) -> dict[str, Any]:
+        return slurm_options.parse(path, raw)
     requires = ("submitit",)
     local = False
 
     def _defaults(self, profile: SiteProfile) -> SlurmOptions:
-        return SlurmOptions().merged(dict(profile.slurm)).merged(self.sweep.slurm)
+        return SlurmOptions().merged(dict(profile.slurm)).merged(self.sweep.sections.get(self.name, {}))
 
     def _submission_dir(self) -> Path:
         # A fresh folder per submission: Slurm job ids restart after a controller reset, and a

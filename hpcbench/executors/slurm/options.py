@@ -5,7 +5,8 @@ overrides them (any point field may sit in `matrix`, so `slurm` may vary per poi
 site profile's `slurm:` section sits underneath both. Nodes, tasks and GPUs are not options:
 they follow from the point and its launcher.
 
-Ground floor: imports nothing of hpcbench but the error types.
+The Slurm executor validates its `slurm:` sections with `parse` (spec, site profile, and a
+point's `slurm` field). Imports nothing of hpcbench but the error types.
 """
 
 from __future__ import annotations

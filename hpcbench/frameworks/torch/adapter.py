@@ -1,8 +1,8 @@
 """PyTorch: DistributedDataParallel over gloo (CPU) or nccl (CUDA), MPI through mpi4py, Horovod.
 
-Every backend trains the same module (built from `hpcbench.models`) on the same shard of
+Every backend trains the same module (built from `hpcbench.workloads.zoo`) on the same shard of
 data through the same phase marks; how gradients travel is the backend's exchange
-(`_torch_exchange`): DDP's buckets, one MPI all-reduce per parameter, or Horovod's fused
+(`exchange.py`): DDP's buckets, one MPI all-reduce per parameter, or Horovod's fused
 all-reduce. Each exchange keeps its backend's overlap of backward and communication, and the
 recorder gets: backward = until the last gradient was ready, comm = what was still
 outstanding after that, comm_total = the messages' summed times, one comm event per message.
@@ -16,20 +16,20 @@ import socket
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpcbench import data
-from hpcbench import models as zoo
-from hpcbench.comm import Comm
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
-from hpcbench.rankenv import RankEnv
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
-from hpcbench.trace.comm import CommRecorder
+from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
+from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 if TYPE_CHECKING:
     import torch
 
-    from hpcbench.frameworks._torch_exchange import Exchange
+    from hpcbench.frameworks.torch.exchange import Exchange
 
 
 class TorchComm:
@@ -95,7 +95,7 @@ class TorchFramework(Framework):
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch
 
-        from hpcbench.frameworks._torch_exchange import DDPExchange, HorovodExchange, MPIExchange
+        from hpcbench.frameworks.torch.exchange import DDPExchange, HorovodExchange, MPIExchange
 
         if point.threads is not None:
             torch.set_num_threads(point.threads)
@@ -154,13 +154,13 @@ class TorchFramework(Framework):
     def build(self, point: Point) -> None:
         import torch
 
-        from hpcbench.frameworks import _torch_models
+        from hpcbench.frameworks.torch import layers as torch_layers
 
         assert self._exchange is not None, "setup() first"
         spec = model_for(point)
         self.task = spec.task
         torch.manual_seed(point.seed)  # the same initial weights on every rank (and broadcast anyway)
-        module = _torch_models.build(spec).to(self.device)
+        module = torch_layers.build(spec).to(self.device)
         self.model = self._exchange.wrap(module, self.device)
         self.loss_fn: Callable[[Any, Any], Any]
         self.loss_fn = torch.nn.CrossEntropyLoss() if self.task == "classify" else torch.nn.MSELoss()

@@ -1,7 +1,7 @@
 """The benchmark models, described once and built by every framework from this description.
 
 A model is a tree of plain layer records (`Conv`, `Dense`, `Concat`, `Residual`, ...). Each
-framework adapter turns the tree into its own layers (`frameworks/_torch_models.py`, the
+framework adapter turns the tree into its own layers (`frameworks/torch_layers.py`, the
 Keras and Gluon builders), so the architectures are the same by construction and their
 parameter counts can be checked against `count_parameters`, which walks the same tree.
 

@@ -2,27 +2,33 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcbench import envs, profiles
 from hpcbench.errors import SpecError
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS, LaunchContext
-from hpcbench.profiles import SiteProfile
-from hpcbench.runfile import RunFile
-from hpcbench.spec import Point, Sweep, load_sweep
+from hpcbench.plan import envs, profiles
+from hpcbench.plan.profiles import SiteProfile
+from hpcbench.spec import OptionsParser, Point, Sweep, load_sweep
+from hpcbench.sweepdir.runfile import RunFile
+
+Executors = Mapping[str, OptionsParser | None]
+"""The registered executors as the plan sees them: name -> the parser of its options
+section (None for one without options). The plan sits below the executors, so whoever loads
+a spec hands them in (`hpcbench.executors.catalog()`)."""
 
 # Stand-ins shown by plans and dry runs for what a batch job learns only once it runs.
 JOB_TIME_RENDEZVOUS = "FIRST_NODE:29400"
 JOB_TIME_HOSTS = ("NODE1", "NODE2")
 
 
-def choices() -> dict[str, list[str]]:
+def choices(executors: Executors) -> dict[str, list[str]]:
     """Allowed values of the registry-backed point fields."""
     frameworks = list(FRAMEWORKS)
     return {
+        "executor": sorted(executors),
         "framework": FRAMEWORKS.names(),
         "launcher": LAUNCHERS.names(),
         "model": sorted({m for f in frameworks for m in f.models}),
@@ -36,19 +42,28 @@ def check_point(point: Point) -> Iterable[tuple[str, str, str]]:
     yield from LAUNCHERS.get(point.launcher).check_point(point)
 
 
-def load_text(text: str) -> tuple[Sweep, SiteProfile]:
-    sweep = load_sweep(text, choices(), check_point)
-    return sweep, profiles.load(sweep.profile)
+def sections(executors: Executors) -> dict[str, OptionsParser]:
+    return {name: parse for name, parse in executors.items() if parse is not None}
 
 
-def load(spec_path: Path) -> tuple[Sweep, SiteProfile]:
+def parse_sweep(text: str, executors: Executors) -> Sweep:
+    """A spec checked against every registry: names, backends, launchers, executor options."""
+    return load_sweep(text, choices(executors), check_point, sections(executors))
+
+
+def load_text(text: str, executors: Executors) -> tuple[Sweep, SiteProfile]:
+    sweep = parse_sweep(text, executors)
+    return sweep, profiles.load(sweep.profile, sections(executors))
+
+
+def load(spec_path: Path, executors: Executors) -> tuple[Sweep, SiteProfile]:
     try:
         text = spec_path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(str(spec_path), f"cannot be read ({exc.strerror})") from None
     except UnicodeDecodeError:
         raise SpecError(str(spec_path), "is not UTF-8 text") from None
-    return load_text(text)
+    return load_text(text, executors)
 
 
 @dataclass(frozen=True)

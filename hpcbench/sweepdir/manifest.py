@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcbench.atomic import write_text_atomic
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
+from hpcbench.sweepdir.atomic import write_text_atomic
 
 PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done", "failed"
 STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED)

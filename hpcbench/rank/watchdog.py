@@ -2,7 +2,7 @@
 
 A rank stuck in a collective waits for a peer forever; the peer may be stuck itself. Every
 rank runs this thread: when no iteration has finished for `timeout_s`, it says so on
-stderr (an account, see hpcbench.failures) and aborts the whole job (MPI_Abort, or exit
+stderr (an account, see hpcbench.rank.failures) and aborts the whole job (MPI_Abort, or exit
 under torchrun), so the point ends failed with that reason. The training loop only stores a timestamp per iteration.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import threading
 import time
 
-from hpcbench.comm import Comm
-from hpcbench.failures import write_account
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.failures import write_account
 
 EXIT_CODE = 3
 

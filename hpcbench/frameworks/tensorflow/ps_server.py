@@ -1,6 +1,6 @@
-"""`python -m hpcbench.frameworks._tf_ps_server CLUSTER_JSON INDEX THREADS`: one TensorFlow
+"""`python -m hpcbench.frameworks.tensorflow.ps_server CLUSTER_JSON INDEX THREADS`: one TensorFlow
 parameter-server task (`tf.distribute.Server(...).join()`), started by a worker rank of the
-TensorFlow `ps` backend (see `_tf_ps.py`) and ended by it, or by the kernel when that rank
+TensorFlow `ps` backend (see `ps.py`) and ended by it, or by the kernel when that rank
 dies (the rank sets PR_SET_PDEATHSIG on it).
 """
 
@@ -13,7 +13,7 @@ import sys
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: python -m hpcbench.frameworks._tf_ps_server CLUSTER_JSON INDEX THREADS", file=sys.stderr)
+        print("usage: python -m hpcbench.frameworks.tensorflow.ps_server CLUSTER_JSON INDEX THREADS", file=sys.stderr)
         return 2
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf

@@ -1,4 +1,4 @@
-"""PyTorch modules built from the framework-neutral model trees of `hpcbench.models`."""
+"""PyTorch modules built from the framework-neutral model trees of `hpcbench.workloads.zoo`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from hpcbench import models as zoo
+from hpcbench.workloads import zoo
 
 
 class Concat(nn.Module):

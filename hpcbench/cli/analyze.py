@@ -1,0 +1,143 @@
+"""`python -m hpcbench.analyze`: tables and traces from point files.
+
+    python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
+    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json  Chrome-trace / Perfetto JSON of one point
+    python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...]
+                                                             report.html, report.md and CSV tables
+
+Needs numpy, pandas, h5py and matplotlib only: it runs anywhere the point files can be copied to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+
+from hpcbench.analysis import metrics, tables, trace_export
+from hpcbench.analysis.model import LinkCost
+from hpcbench.cli import textable
+from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.store.reader import read_point
+from hpcbench.sweepdir.atomic import write_text_atomic
+
+PROG = "hpcbench.analyze"
+
+_SHOWN: list[tuple[str, str, Callable[[Any], str]]] = [
+    ("point", "point", str),
+    ("framework", "framework", str),
+    ("backend", "backend", str),
+    ("model", "model", str),
+    ("nodes", "nodes", str),
+    ("ranks_per_node", "ranks/node", str),
+    ("batch_size", "batch", str),
+    ("t_iter_s", "t_iter ms", lambda v: f"{v * 1e3:.2f}"),
+    ("throughput", "samples/s", lambda v: f"{v:.1f}"),
+    ("speedup", "speedup", lambda v: "-" if math.isnan(v) else f"{v:.2f}"),
+    ("efficiency", "efficiency", lambda v: "-" if math.isnan(v) else f"{v:.0%}"),
+    ("lif", "LIF", lambda v: f"{v:.3f}"),
+    ("comm_share", "comm", lambda v: f"{v:.0%}"),
+]
+
+
+def format_table(table: pd.DataFrame) -> str:
+    rows = [[title for _, title, _ in _SHOWN]]
+    rows += [[fmt(rec[col]) for col, _, fmt in _SHOWN] for rec in table.to_dict("records")]
+    return textable.render(rows, right=True)
+
+
+def cmd_summary(directory: Path, out: TextIO) -> int:
+    sweep = tables.load(directory)
+    for warning in sweep.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not sweep.points:
+        raise HpcbenchError(f"{directory}: no complete point files to analyse")
+    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in sweep.points])
+    write_text_atomic(directory / "summary.csv", table.to_csv(index=False))
+    print(format_table(table), file=out)
+    for note in metrics.warnings_for(table):
+        print(f"note: {note}", file=out)
+    print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)
+    return 0
+
+
+def cmd_trace(path: Path, output: Path, out: TextIO) -> int:
+    data = read_point(path)
+    trace = trace_export.chrome_trace(
+        data.iterations,
+        data.ranks,
+        data.comm,
+        data.resources,
+        data.hostnames,
+        f"{data.point.label()} [{data.point_id}]",
+    )
+    trace_export.write_chrome_trace(output, trace)
+    print(f"wrote {output} ({len(trace['traceEvents'])} events); open it in https://ui.perfetto.dev", file=out)
+    return 0
+
+
+def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
+    from hpcbench.analysis import report  # matplotlib only for this command
+    from hpcbench.analysis.commfile import link_from_commbench
+
+    link: LinkCost | None = link_from_commbench(commbench) if commbench else None
+    analysis = tables.analyse(directory, target_accuracy=target, link=link)
+    for warning in analysis.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    paths = report.write_report(analysis)
+    for note in analysis.notes:
+        print(f"note: {note}", file=out)
+    print(f"wrote {paths[0]} ({len(analysis.stats)} points), {paths[1].name} and "
+          f"{', '.join(p.name for p in paths[2:])}", file=out)  # fmt: skip
+    return 0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a fraction in (0, 1], e.g. 0.98")
+    return value
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Analyse point files.")
+    p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
+    sub = p.add_subparsers(dest="command", required=True)
+    summary = sub.add_parser("summary", help="scaling table of a sweep directory (the default command)")
+    summary.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
+    trace.add_argument("point", help="a point file (<id>.h5)")
+    trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace")
+    report = sub.add_parser("report", help="HTML report with figures, Markdown and CSV tables of a sweep")
+    report.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
+    report.add_argument("--commbench", nargs="+", default=[], help="commbench files to fit α and β on")
+    first = next((a for a in args_list if not a.startswith("-")), None)
+    if first is not None and first not in ("summary", "trace", "report"):
+        args_list.insert(0, "summary")  # `analyze DIR` means `analyze summary DIR`
+    args = p.parse_args(args_list)
+    try:
+        if args.command == "trace":
+            return cmd_trace(Path(args.point), Path(args.output), out)
+        if args.command == "report":
+            return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
+        return cmd_summary(Path(args.dir), out)
+    except HpcbenchError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

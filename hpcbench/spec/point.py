@@ -1,0 +1,145 @@
+"""The `Point`: one configuration of a sweep, frozen, with a stable id.
+
+Ground floor: imports nothing of hpcbench but the error types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from hpcbench.errors import SpecError
+
+Scalar = str | int | float | bool
+# Synonyms accepted in specs, mapped to the canonical field name.
+SYNONYMS = {"gpus_per_node": "ranks_per_node"}
+
+
+@dataclass(frozen=True)
+class Point:
+    """One configuration of a sweep.
+
+    Its `id` hashes every field that is set. Rule for fields added later: they must default
+    to None or to an empty tuple (meaning "unset"), so that the ids of existing sweeps stay
+    the same and a re-run still finds what is done.
+    """
+
+    framework: str = "torch"
+    backend: str = "gloo"
+    launcher: str = "mpirun"
+    nodes: int = 1
+    ranks_per_node: int = 1  # with device: cuda, one GPU per rank
+    device: str = "cpu"
+    model: str = "lenet"
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    batch_size: int = 32  # per rank
+    iterations: int = 100  # timed iterations, after the warm-up ones
+    warmup: int = 10
+    optimizer: str = "sgd"
+    lr: float = 0.01
+    seed: int = 0
+    threads: int | None = None  # intra-op / BLAS threads per rank; None: cores / ranks per node
+    env: str | None = None  # named environment (envs/); None: the interpreter running the sweep
+    environ: tuple[tuple[str, str], ...] = ()  # extra environment variables for every rank
+    extra: tuple[tuple[str, Scalar], ...] = ()  # site- or framework-specific options
+    slurm: tuple[tuple[str, Any], ...] = ()  # per-point Slurm option overrides (slurm_options)
+    epochs: int | None = None  # train for whole epochs of the dataset instead of `iterations`
+
+    @property
+    def ranks(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def total_iterations(self) -> int:
+        """Iterations run, warm-up included (with `epochs`, see `iterations_for`)."""
+        return self.warmup + self.iterations
+
+    def iterations_for(self, steps_per_epoch: int) -> int:
+        """Iterations run, warm-up included, once the dataset's steps per epoch are known."""
+        return self.warmup + (self.epochs * steps_per_epoch if self.epochs else self.iterations)
+
+    @property
+    def id(self) -> str:
+        return point_id(self.as_dict())
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain, JSON-ready fields (mappings for `environ` and `extra`)."""
+        d = dataclasses.asdict(self)
+        d["environ"] = dict(self.environ)
+        d["extra"] = dict(self.extra)
+        d["slurm"] = thaw(self.slurm)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Point:
+        unknown = set(d) - FIELD_NAMES
+        if unknown:
+            raise SpecError("point", f"unknown fields {sorted(unknown)}", ", ".join(sorted(FIELD_NAMES)))
+        values = dict(d)
+        values["environ"] = _sorted_items(values.get("environ") or {})
+        values["extra"] = _sorted_items(values.get("extra") or {})
+        values["slurm"] = freeze("point.slurm", values.get("slurm") or {})
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> Point:
+        return cls.from_dict(json.loads(text))
+
+    def label(self) -> str:
+        """A short human label: the fields most sweeps vary."""
+        return f"{self.framework}/{self.backend} {self.model} {self.nodes}x{self.ranks_per_node} b={self.batch_size}"
+
+
+FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Point))
+DEFAULTS = Point()
+
+
+def point_id(fields: Mapping[str, Any]) -> str:
+    """Stable id: sha256 of the canonical JSON of the fields that are set (12 hex digits)."""
+    canonical = {k: v for k, v in sorted(fields.items()) if v is not None and v != () and v != {}}
+    blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+def _sorted_items(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(mapping.items()))
+
+
+def freeze(path: str, value: Any) -> tuple[tuple[str, Any], ...]:
+    """An executor-options mapping in the frozen point form: sorted (key, value) pairs, a
+    nested mapping as pairs too, a list as a tuple. The executor that owns the options
+    validates them (see `Sweep.sections`); this only fixes their shape."""
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"{value!r} is not a mapping", "a mapping of option names to values")
+    return tuple(sorted((str(k), _freeze_value(v)) for k, v in value.items()))
+
+
+def _freeze_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _freeze_value(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(_freeze_value(v) for v in value)
+    return value
+
+
+def thaw(items: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The inverse of `freeze`, in JSON's form: pairs back to mappings, tuples to lists."""
+    return {k: _thaw_value(v) for k, v in items}
+
+
+def _thaw_value(value: Any) -> Any:
+    if isinstance(value, tuple):
+        if value and all(isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str) for v in value):
+            return {k: _thaw_value(v) for k, v in value}
+        if not value:
+            return {}
+        return [_thaw_value(v) for v in value]
+    return value

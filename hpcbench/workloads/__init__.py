@@ -1,0 +1,1 @@
+"""What is trained: the framework-neutral model zoo (zoo.py) and the datasets (datasets.py)."""
