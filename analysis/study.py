@@ -29,10 +29,7 @@ if str(ROOT) not in sys.path:  # run as `python analysis/seedNNN_x.py` from a ch
 
 from hpcbench.analysis import report, tables  # noqa: E402
 from hpcbench.errors import HpcbenchError  # noqa: E402
-from hpcbench.plan.launch import (
-    capabilities,
-    envs,
-)
+from hpcbench.plan import capabilities, envs  # noqa: E402
 from hpcbench.sweepdir.atomic import write_text_atomic  # noqa: E402
 
 STACK_FIELDS = ("framework", "backend", "launcher", "env")

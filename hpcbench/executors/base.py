@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, ClassVar, TextIO
 
 from hpcbench.errors import SpecError
-
 from hpcbench.plan.launch import Launch
 from hpcbench.plan.profiles import SiteProfile
 from hpcbench.registry import Registry

@@ -164,9 +164,7 @@ def test_report_of_a_synthetic_sweep_with_known_imbalance(tmp_path: Path) -> Non
 def test_report_errors_are_one_line(tmp_path: Path) -> None:
     res = run_module("hpcbench.analyze", "report", str(tmp_path / "none"))
     assert res.returncode == 1
-    assert res.stderr.strip().splitlines() == [
-        f"hpcbench.analyze: error: {tmp_path / 'none'}: no such sweep directory"
-    ]
+    assert res.stderr.strip().splitlines() == [f"hpcbench.analyze: error: {tmp_path / 'none'}: no such sweep directory"]
     res = run_module("hpcbench.analyze", "report", str(tmp_path), "--target-accuracy", "97")
     assert res.returncode == 2
     assert "not a fraction in (0, 1]" in res.stderr

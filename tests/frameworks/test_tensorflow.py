@@ -106,9 +106,9 @@ def same_weights(data: PointData) -> None:
 def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
     exe = env_python("modern", "tensorflow")
     code = (
-        "import json; from hpcbench import models; from hpcbench.frameworks.tensorflow import layers as tf_layers as m\n"
-        "print(json.dumps({n: [m.trainable_count(k := m.build(models.model(n))), list(k.output_shape[1:])]"
-        " for n in models.NAMES}))"
+        "import json; from hpcbench.workloads import zoo; from hpcbench.frameworks.tensorflow import layers as m\n"
+        "print(json.dumps({n: [m.trainable_count(k := m.build(zoo.model(n))), list(k.output_shape[1:])]"
+        " for n in zoo.NAMES}))"
     )
     res = subprocess.run(
         [str(exe), "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT, env={**os.environ, **ENV}

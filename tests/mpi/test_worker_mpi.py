@@ -133,9 +133,7 @@ def test_a_stalled_rank_is_caught_by_the_watchdog(write_spec: Callable[..., Path
     spec = write_spec(text)
     out = tmp_path / "sweep"
     t0 = time.monotonic()
-    res = run_module(
-        "hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "1:20:stall"}, timeout=120
-    )
+    res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"HPCBENCH_FAULT": "1:20:stall"}, timeout=120)
     assert time.monotonic() - t0 < 60
     assert res.returncode == 1
     (entry,) = Manifest.load(out).entries.values()

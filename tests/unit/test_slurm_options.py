@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from hpcbench.errors import SpecError
+from hpcbench.executors import catalog
 from hpcbench.executors.slurm import options as slurm_options
 from hpcbench.executors.slurm.options import SlurmOptions, parse, parse_time
-from hpcbench.executors import catalog
 from hpcbench.plan.launch import parse_sweep
 from hpcbench.spec import Point, Sweep
 

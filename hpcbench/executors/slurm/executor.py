@@ -158,6 +158,7 @@ class SlurmExecutor(Executor):
     @classmethod
     def parse_options(cls, path: str, raw: Any) -> dict[str, Any]:
         return slurm_options.parse(path, raw)
+
     requires = ("submitit",)
     local = False
 
