@@ -12,7 +12,7 @@ ready first. `layers[0]` is layer 1. Definitions: see the project's MODELS.md an
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hpcbench.errors import HpcbenchError
@@ -115,35 +115,6 @@ def ring_link(cost: MessageCost, p: int) -> LinkCost:
     if p < 2:
         raise ModelError(f"a link cost needs messages between >= 2 ranks, got {p}")
     return LinkCost(cost.alpha / (2 * (p - 1)), cost.beta * p / (2 * (p - 1)))
-
-
-def _allreduce_factor(p: int) -> float:
-    return 2 * (p - 1) / p
-
-
-def _gather_factor(p: int) -> float:
-    return (p - 1) / p
-
-
-def _one(p: int) -> float:
-    return 1.0
-
-
-BUS_FACTOR: dict[str, Callable[[int], float]] = {  # busbw = algbw * factor, as nccl-tests defines it
-    "allreduce": _allreduce_factor,
-    "reducescatter": _gather_factor,
-    "allgather": _gather_factor,
-    "broadcast": _one,
-    "reduce": _one,
-}
-
-
-def bus_bandwidth(op: str, n_bytes: float, seconds: float, p: int) -> tuple[float, float]:
-    """(algbw, busbw) in bytes/s of one collective of n bytes over p ranks taking `seconds`."""
-    if op not in BUS_FACTOR:
-        raise ModelError(f"unknown collective {op!r} (known: {', '.join(BUS_FACTOR)})")
-    algbw = n_bytes / seconds
-    return algbw, algbw * BUS_FACTOR[op](p)
 
 
 def fused_cost(messages: Sequence[float], cost: MessageCost, threshold: float) -> tuple[float, float]:

@@ -84,7 +84,7 @@ def cmd_trace(path: Path, output: Path, out: TextIO) -> int:
 
 def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
     from hpcbench.analysis import report  # matplotlib only for this command
-    from hpcbench.analysis.commfile import link_from_commbench
+    from hpcbench.analysis.calibration import link_from_commbench
 
     link: LinkCost | None = link_from_commbench(commbench) if commbench else None
     analysis = tables.analyse(directory, target_accuracy=target, link=link)

@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.analysis import commfile
+from hpcbench.analysis import calibration
 from hpcbench.analysis.model import ring_allreduce
 from hpcbench.errors import HpcbenchError
 from tests.conftest import MPI_ENV, ROOT, run_module
@@ -42,7 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
 
 def test_results_as_nccl_tests_defines_them(files: dict[int, Path]) -> None:
     for n, path in files.items():
-        rows = commfile.read_commbench(path)
+        rows = calibration.read_commbench(path)
         assert rows["bytes"].tolist() == SIZES
         assert rows["count"].tolist() == [s // 4 for s in SIZES]
         assert (rows["ranks"] == n).all()
@@ -57,15 +57,15 @@ def test_results_as_nccl_tests_defines_them(files: dict[int, Path]) -> None:
 
 
 def test_link_fitted_over_rank_counts_reproduces_the_measurements(files: dict[int, Path]) -> None:
-    link = commfile.link_from_commbench(list(files.values()))
+    link = calibration.link_from_commbench(list(files.values()))
     assert link.alpha >= 0 and link.beta > 0
     # Ranks beyond the cores time the scheduler, not the link (3 ranks on 2 cores swing by
     # 2x from run to run): the model is held to the runs that had a core per rank.
     dedicated = {n: path for n, path in files.items() if n <= (os.cpu_count() or 1)}
-    link = commfile.link_from_commbench(list(dedicated.values()))
+    link = calibration.link_from_commbench(list(dedicated.values()))
     assert link.alpha >= 0 and link.beta > 0
     for n, path in dedicated.items():
-        rows = commfile.read_commbench(path)
+        rows = calibration.read_commbench(path)
         largest = rows.iloc[-1]  # 1 MiB: bandwidth-bound, where the α–β line must be close
         predicted = ring_allreduce(float(largest["bytes"]), n, link)
         assert predicted == pytest.approx(float(largest["time_s"]), rel=0.6)
@@ -83,14 +83,14 @@ def test_single_process_and_foreign_file(tmp_path: Path) -> None:
     out = tmp_path / "one.h5"
     res = run_module("hpcbench.commbench", "--sizes", "1K", "--iters", "3", "-o", str(out), env=MPI_ENV)
     assert res.returncode == 0, res.stderr
-    assert commfile.read_commbench(out)["ranks"].tolist() == [1]
+    assert calibration.read_commbench(out)["ranks"].tolist() == [1]
     with pytest.raises(HpcbenchError, match="no all-reduce between >= 2 ranks"):
-        commfile.link_from_commbench([out])
+        calibration.link_from_commbench([out])
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:
         f["x"] = [1]
     with pytest.raises(HpcbenchError, match="not a commbench file"):
-        commfile.read_commbench(foreign)
+        calibration.read_commbench(foreign)
 
 
 def test_device_cuda_without_a_gpu_exits_1_with_one_line() -> None:

@@ -9,6 +9,8 @@ import pytest
 
 from hpcbench.analysis import fit, model
 from hpcbench.analysis.model import Layer, LinkCost, ModelError, PhaseTimes
+from hpcbench.errors import HpcbenchError
+from hpcbench.store import commfile
 from tests.analysis.helpers import comm_rows, iterations
 
 # Three layers, 1..3 from the input; backward runs 3 -> 1.
@@ -79,13 +81,13 @@ def test_ring_message_cost_and_link_round_trip() -> None:
 
 
 def test_bus_bandwidth_as_nccl_tests_defines_it() -> None:
-    algbw, busbw = model.bus_bandwidth("allreduce", 8e6, 0.002, 4)
+    algbw, busbw = commfile.bus_bandwidth("allreduce", 8e6, 0.002, 4)
     assert algbw == pytest.approx(4e9)
     assert busbw == pytest.approx(4e9 * 2 * 3 / 4)
-    assert model.bus_bandwidth("allgather", 8e6, 0.002, 4)[1] == pytest.approx(4e9 * 3 / 4)
-    assert model.bus_bandwidth("broadcast", 8e6, 0.002, 4)[1] == pytest.approx(4e9)
-    with pytest.raises(ModelError, match="unknown collective"):
-        model.bus_bandwidth("alltoall", 1, 1, 2)
+    assert commfile.bus_bandwidth("allgather", 8e6, 0.002, 4)[1] == pytest.approx(4e9 * 3 / 4)
+    assert commfile.bus_bandwidth("broadcast", 8e6, 0.002, 4)[1] == pytest.approx(4e9)
+    with pytest.raises(HpcbenchError, match="unknown collective"):
+        commfile.bus_bandwidth("alltoall", 1, 1, 2)
 
 
 def test_tensor_fusion_cost() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpcbench.analysis import commfile
+from hpcbench.analysis import calibration
 from hpcbench.trace.recorder import Phase, clock_offset_ns
 from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text
@@ -212,7 +212,7 @@ def test_commbench_all_reduces_gpu_buffers_through_nccl(tmp_path: Path, launcher
     res = run_module(*argv, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "nccl" in res.stdout
-    rows = commfile.read_commbench(out)
+    rows = calibration.read_commbench(out)
     assert rows["bytes"].tolist() == [1 << 20, 64 << 20, 256 << 20]
     assert (rows["time_s"] > 0).all() and (rows["ranks"] == 1).all()
     # One GPU: NCCL's in-place all-reduce of one rank moves nothing (a launch, about 30 us at
