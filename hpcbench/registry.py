@@ -1,7 +1,10 @@
-"""Name -> class registries for pluggable parts (frameworks, launchers).
+"""Name -> class registries for pluggable parts (frameworks, launchers, executors).
 
 A new part is one new module in the part's package that decorates its class with
-`REGISTRY.register`; modules are discovered, not listed. Importing a part's module must be
+`REGISTRY.register`; modules are discovered, not listed. A part may also live outside the
+package, in a plugin module named in $HPCBENCH_PLUGINS (module names separated by commas),
+imported when a registry is first used, in every process of a sweep (ranks inherit the
+variable), so a site can add a launcher or executor without changing hpcbench. Importing a part's module must be
 cheap: heavy libraries (torch, tensorflow, ...) are named in the class's `requires` and
 imported only when a point uses the part. A part whose library is missing stays listed,
 with the import error, which is raised only when a point asks for it.
@@ -10,6 +13,7 @@ with the import error, which is raised only when a point asks for it.
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 from collections.abc import Iterator
 from typing import ClassVar, Generic, Protocol, TypeVar
@@ -35,6 +39,11 @@ def import_error(modules: tuple[str, ...]) -> str | None:
     return None
 
 
+def plugins() -> list[str]:
+    """The plugin modules named in $HPCBENCH_PLUGINS."""
+    return [m.strip() for m in os.environ.get("HPCBENCH_PLUGINS", "").split(",") if m.strip()]
+
+
 class Registry(Generic[T]):
     def __init__(self, kind: str, package: str) -> None:
         self.kind = kind
@@ -58,10 +67,15 @@ class Registry(Generic[T]):
         for info in pkgutil.iter_modules(package.__path__):
             if info.name.startswith("_") or info.name in ("base", "registry"):
                 continue
-            try:
-                importlib.import_module(f"{self._package}.{info.name}")
-            except Exception as exc:  # noqa: BLE001 - recorded, reported by `check`
-                self._broken[info.name] = f"{type(exc).__name__}: {exc}"
+            self._import(f"{self._package}.{info.name}", info.name)
+        for module in plugins():
+            self._import(module, module)
+
+    def _import(self, module: str, key: str) -> None:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 - recorded, reported by `check`
+            self._broken[key] = f"{type(exc).__name__}: {exc}"
 
     def names(self) -> list[str]:
         self._discover()

@@ -21,6 +21,7 @@ import numpy as np
 import hpcbench
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks import FRAMEWORKS, Framework
+from hpcbench.launchers import detect
 from hpcbench.rank import env as rankenv
 from hpcbench.rank import provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
@@ -123,7 +124,7 @@ def run(run_file: Path) -> None:
     run_spec = RunFile.load(run_file)
     point = run_spec.point
     sweep_dir = run_file.parent.parent
-    renv = rankenv.detect()
+    renv = detect(launcher=point.launcher)
     comm: Comm | None = MPIComm() if renv.mpi else None
     try:
         framework_cls = FRAMEWORKS.load(point.framework)

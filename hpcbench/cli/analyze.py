@@ -108,12 +108,15 @@ def _fraction(text: str) -> float:
     return value
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
+    """The analysis commands; `prog` names the command in usage and error lines."""
     args_list = list(sys.argv[1:] if argv is None else argv)
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Analyse point files.")
+    p = argparse.ArgumentParser(prog=prog or f"python -m {PROG}", description="Analyse point files.")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True)
-    summary = sub.add_parser("summary", help="scaling table of a sweep directory (the default command)")
+    summary = sub.add_parser(
+        "analyze", aliases=["summary"], help="scaling table of a sweep directory (the default command)"
+    )
     summary.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
     trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
     trace.add_argument("point", help="a point file (<id>.h5)")
@@ -123,8 +126,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
     report.add_argument("--commbench", nargs="+", default=[], help="commbench files to fit α and β on")
     first = next((a for a in args_list if not a.startswith("-")), None)
-    if first is not None and first not in ("summary", "trace", "report"):
-        args_list.insert(0, "summary")  # `analyze DIR` means `analyze summary DIR`
+    if first is not None and first not in ("analyze", "summary", "trace", "report"):
+        args_list.insert(0, "analyze")  # `analyze DIR` means `analyze analyze DIR`
     args = p.parse_args(args_list)
     try:
         if args.command == "trace":
@@ -135,7 +138,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     except HpcbenchError as exc:
         if args.verbose:
             traceback.print_exc()
-        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
 
 

@@ -37,6 +37,7 @@ import numpy as np
 import hpcbench
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.launchers import detect
 from hpcbench.rank import env as rankenv
 from hpcbench.rank.net import free_port
 from hpcbench.store.commfile import KIND, RESULT_DTYPE, VERSION, bus_bandwidth
@@ -315,8 +316,9 @@ def write_results(path: Path, rows: np.ndarray, attrs: dict[str, Any]) -> None:
         raise
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="All-reduce time, algbw and busbw.")
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
+    """The micro-benchmark on this rank; `prog` names the command in usage and error lines."""
+    p = argparse.ArgumentParser(prog=prog or f"python -m {PROG}", description="All-reduce time, algbw and busbw.")
     p.add_argument(
         "--sizes", default=DEFAULT_SIZES, help=f"message sizes in bytes, K/M/G = 1024^n (default {DEFAULT_SIZES})"
     )
@@ -331,7 +333,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         sizes = parse_sizes(args.sizes)
         if args.iters < 1 or args.warmup < 0:
             raise UsageError(f"--iters must be >= 1 and --warmup >= 0 (got {args.iters}, {args.warmup})")
-        renv = rankenv.detect()
+        renv = detect()
         coll = _collectives(renv, args.device)
         rows = measure(coll, sizes, args.iters, args.warmup, args.average)
         hosts = coll.allgather_str(renv.hostname)
@@ -354,7 +356,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     except HpcbenchError as exc:
         if args.verbose:
             traceback.print_exc()
-        print(f"{PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
 
 

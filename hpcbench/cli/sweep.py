@@ -61,7 +61,8 @@ def print_plan(sweep: Sweep, launches: Sequence[plan.Launch], out_dir: Path, dry
     for warning in sweep.warnings:
         print(f"warning: {warning}", file=out)
     if dry_run:
-        where = "on this host" if sweep.executor == "local" else "in each job (stand-ins for job-time values)"
+        local = EXECUTORS.get(sweep.executor).local
+        where = "on this host" if local else "in each job (stand-ins for job-time values)"
         print(f"launch commands {where}; nothing is run:", file=out)
         for launch in launches:
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
@@ -219,8 +220,8 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     return capabilities.check(out)
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"python -m {PROG}", description="Plan, run and follow benchmark sweeps.")
+def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Plan, run and follow benchmark sweeps.")
     p.add_argument("-v", "--verbose", action="store_true", help="print every command run; tracebacks on errors")
     sub = p.add_subparsers(dest="command", required=True)
     verbose = {"action": "store_true", "default": argparse.SUPPRESS}
@@ -254,23 +255,26 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
+    """The sweep commands; `prog` names the command in usage and error lines (default
+    `python -m hpcbench.sweep`, as `hpcbench` itself passes "hpcbench")."""
+    name = prog or PROG
     signal.signal(signal.SIGTERM, _terminate)
     args_list = list(sys.argv[1:] if argv is None else argv)
     first = next((a for a in args_list if not a.startswith("-")), None)
     if first is not None and first not in COMMANDS:
         args_list.insert(0, "run")  # `sweep SPEC.yaml` means `sweep run SPEC.yaml`
-    args = parser().parse_args(args_list)
+    args = parser(prog or f"python -m {PROG}").parse_args(args_list)
     try:
         return COMMANDS[args.command](args, out)
     except HpcbenchError as exc:
         if args.verbose:
             traceback.print_exc()
         message = one_line(str(exc))  # one line, whatever the value held
-        print(f"{PROG}: error: {message}", file=sys.stderr)
+        print(f"{name}: error: {message}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
 
 

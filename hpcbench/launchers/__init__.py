@@ -1,5 +1,5 @@
 """Launchers, one module each, found by name through `LAUNCHERS`."""
 
-from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher, Tasks, detect
 
-__all__ = ["LAUNCHERS", "LaunchContext", "Launcher"]
+__all__ = ["LAUNCHERS", "LaunchContext", "Launcher", "Tasks", "detect"]

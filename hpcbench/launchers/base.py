@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
+from hpcbench.rank.env import RankEnv, host_of, single
 from hpcbench.registry import Registry
 from hpcbench.spec import Point
+
+Tasks = Literal["rank", "node", "job"]
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
 
@@ -43,15 +46,21 @@ def threads_per_rank(point: Point, ctx: LaunchContext) -> int:
 
 
 class Launcher(ABC):
-    """Starts a point's ranks.
+    """Starts a point's ranks, and says what it is.
 
-    `tasks` says what a batch job runs (see executors/slurm.py): "rank" - one Slurm task per
+    `tasks` says what a batch job runs (see executors/slurm/): "rank" - one Slurm task per
     rank, each running the worker (the launcher is Slurm itself); "node" - one task per
     node running `command`; "job" - `command` once, in the batch step, over the allocation.
+    `mpi` says whether its ranks find their peers through MPI_Init. `rank_env` reads the
+    variables it gives each rank; `detect_order` places it among the others when a process
+    does not know who started it (lower first: more specific variables before general ones,
+    e.g. torchrun's before Slurm's, which are set around it in a batch job).
     """
 
     name: ClassVar[str]
-    tasks: ClassVar[str] = "job"
+    tasks: ClassVar[Tasks] = "job"
+    mpi: ClassVar[bool] = False
+    detect_order: ClassVar[int] = 100
     requires: ClassVar[tuple[str, ...]] = ()  # Python modules it needs
     program: ClassVar[str | None] = None  # executable it needs on PATH
     frameworks: ClassVar[tuple[str, ...] | None] = None  # None: any framework
@@ -69,6 +78,11 @@ class Launcher(ABC):
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         """The argv that starts all of the point's ranks."""
 
+    @classmethod
+    def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
+        """This process's rank layout if this launcher started it, else None."""
+        return None
+
     def environment(self, point: Point, ctx: LaunchContext) -> dict[str, str]:
         """Variables the launched ranks need; the point's own `environ` is applied after these."""
         threads = str(threads_per_rank(point, ctx))
@@ -76,3 +90,17 @@ class Launcher(ABC):
 
 
 LAUNCHERS: Registry[type[Launcher]] = Registry("launcher", "hpcbench.launchers")
+
+
+def detect(env: Mapping[str, str] | None = None, hostname: str | None = None, launcher: str | None = None) -> RankEnv:
+    """This process's rank layout: asked of `launcher` first (a worker knows its point's),
+    then of every registered launcher in `detect_order`; one rank alone if none claims it."""
+    env = os.environ if env is None else env
+    host = host_of(env, hostname)
+    ordered = sorted(LAUNCHERS, key=lambda cls: (cls.detect_order, cls.name))
+    first = [LAUNCHERS.get(launcher)] if launcher is not None and launcher in LAUNCHERS.names() else []
+    for cls in [*first, *ordered]:
+        renv = cls.rank_env(env, host)
+        if renv is not None:
+            return renv
+    return single(host)

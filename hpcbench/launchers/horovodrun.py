@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.launchers.mpirun import Mpirun
+from hpcbench.rank.env import RankEnv, int_var
 from hpcbench.spec import Point
 
 
@@ -14,6 +17,18 @@ class Horovodrun(Launcher):
     name = "horovodrun"
     requires = ("horovod",)
     program = "horovodrun"
+    detect_order = 20
+
+    @classmethod
+    def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
+        if "HOROVOD_RANK" not in env or "HOROVOD_SIZE" not in env or "OMPI_COMM_WORLD_RANK" in env:
+            # with its MPI controller horovodrun is mpirun: Open MPI's variables, MPI ranks
+            return Mpirun.rank_env(env, host) if "HOROVOD_RANK" in env else None
+        # its Gloo controller
+        rank, size = int_var(env, "HOROVOD_RANK", 0), int_var(env, "HOROVOD_SIZE", 1)
+        local, local_size = int_var(env, "HOROVOD_LOCAL_RANK", 0), int_var(env, "HOROVOD_LOCAL_SIZE", 1)
+        node = int_var(env, "HOROVOD_CROSS_RANK", rank // max(local_size, 1))
+        return RankEnv(rank, size, local, local_size, node, host, "horovod", mpi=False)
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:

@@ -1,8 +1,15 @@
-"""Open MPI's mpirun: one process per rank; the worker finds its peers through MPI."""
+"""mpirun: one process per rank; the worker finds its peers through MPI.
+
+The arguments are Open MPI's; the rank variables read are Open MPI's, or those of Hydra
+(MPICH, Intel MPI), whose `mpirun` sets PMI_RANK/PMI_SIZE.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.rank.env import RankEnv, int_var
 from hpcbench.spec import Point
 
 
@@ -10,6 +17,23 @@ from hpcbench.spec import Point
 class Mpirun(Launcher):
     name = "mpirun"
     program = "mpirun"
+    mpi = True
+    detect_order = 30  # Open MPI's variables win over Slurm's when mpirun runs in a batch job
+
+    @classmethod
+    def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
+        if "OMPI_COMM_WORLD_RANK" in env:
+            rank, size = int_var(env, "OMPI_COMM_WORLD_RANK", 0), int_var(env, "OMPI_COMM_WORLD_SIZE", 1)
+            local = int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0)
+            local_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
+            # OMPI_COMM_WORLD_NODE_RANK is a rank within the node, not the node's index; with
+            # the block mappings hpcbench launches (ppr:K:node), the node is rank // K.
+            return RankEnv(rank, size, local, local_size, rank // max(local_size, 1), host, "openmpi", mpi=True)
+        if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
+            rank, size = int_var(env, "PMI_RANK", 0), int_var(env, "PMI_SIZE", 1)
+            local, local_size = int_var(env, "MPI_LOCALRANKID", 0), int_var(env, "MPI_LOCALNRANKS", 1)
+            return RankEnv(rank, size, local, local_size, rank // max(local_size, 1), host, "pmi", mpi=True)
+        return None
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         argv = ["mpirun", "-n", str(point.ranks)]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
+from hpcbench.rank.env import RankEnv, int_var
 from hpcbench.spec import Point
 
 
@@ -13,6 +16,16 @@ class Torchrun(Launcher):
     requires = ("torch",)
     frameworks = ("torch",)
     tasks = "node"
+    detect_order = 10  # torchrun sets RANK/WORLD_SIZE even inside a Slurm allocation
+
+    @classmethod
+    def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
+        if "TORCHELASTIC_RUN_ID" not in env and not ("LOCAL_WORLD_SIZE" in env and "RANK" in env):
+            return None
+        rank, size = int_var(env, "RANK", 0), int_var(env, "WORLD_SIZE", 1)
+        local, local_size = int_var(env, "LOCAL_RANK", 0), int_var(env, "LOCAL_WORLD_SIZE", 1)
+        node = int_var(env, "GROUP_RANK", rank // max(local_size, 1))
+        return RankEnv(rank, size, local, local_size, node, host, "torchrun", mpi=False)
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcbench.rank import env as rankenv
+from hpcbench.launchers import detect
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
@@ -21,7 +21,7 @@ from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 def main() -> None:
     out, mode, n_iters, flush_every = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     die_after = int(sys.argv[6]) if len(sys.argv) > 6 else -1
-    renv = rankenv.detect()
+    renv = detect()
     comm: Comm = MPIComm() if renv.mpi else SelfComm()
     kind = choose_writer(comm, mode)
     meta = FileMeta(

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from hpcbench.rank.env import RankEnv, detect, slurm_tasks_per_node
+from hpcbench.launchers import detect
+from hpcbench.rank.env import RankEnv, slurm_tasks_per_node
 
 # What `srun` sets for task 4 of `srun -N 3 -n 7` with SLURM_TASKS_PER_NODE=3,2(x2):
 # tasks 0-2 on node 0, 3-4 on node 1, 5-6 on node 2.

@@ -1,0 +1,87 @@
+"""`hpcbench` (also `python -m hpcbench`): one command, its subcommands from three families.
+
+    hpcbench run SPEC.yaml [--out DIR] [--dry-run]    plan, then run or submit a sweep
+    hpcbench status DIR [--wait]                      every point's state
+    hpcbench resume DIR | cancel DIR                  rerun what is not complete | stop what runs
+    hpcbench check                                    what works in each environment
+    hpcbench analyze DIR                              scaling table and DIR/summary.csv
+    hpcbench report DIR [--target-accuracy F]         report.html, report.md and CSV tables
+    hpcbench trace POINT.h5 -o TRACE.json             Chrome-trace / Perfetto JSON of one point
+    hpcbench commbench [--sizes ...]                  collective micro-benchmark (on every rank)
+
+Each family keeps its own `python -m` entry point (`hpcbench.sweep`, `hpcbench.analyze`,
+`hpcbench.commbench`); this module only routes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+PROG = "hpcbench"
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    name: str
+    help: str
+    family: str  # the module in hpcbench.cli that implements it
+    argv0: tuple[str, ...]  # what the family's own parser is given before the arguments
+
+
+SUBCOMMANDS = (
+    Subcommand("run", "plan, then run or submit a sweep spec", "sweep", ("run",)),
+    Subcommand("status", "every point's state in a sweep directory", "sweep", ("status",)),
+    Subcommand("resume", "rerun the points without a complete result", "sweep", ("resume",)),
+    Subcommand("cancel", "stop queued and running points", "sweep", ("cancel",)),
+    Subcommand("check", "what works in this interpreter and each environment", "sweep", ("check",)),
+    Subcommand("analyze", "scaling table of a sweep directory (and summary.csv)", "analyze", ("analyze",)),
+    Subcommand("report", "HTML report, Markdown and CSV tables of a sweep", "analyze", ("report",)),
+    Subcommand("trace", "Chrome-trace / Perfetto JSON of one point file", "analyze", ("trace",)),
+    Subcommand("commbench", "all-reduce time and bandwidth over message sizes (run on every rank)", "commbench", ()),
+)
+
+
+def _family(name: str) -> Callable[..., int]:
+    """The family's `main`, imported only when used (analysis needs pandas, commbench MPI)."""
+    if name == "sweep":
+        from hpcbench.cli import sweep
+
+        return sweep.main
+    if name == "analyze":
+        from hpcbench.cli import analyze
+
+        return analyze.main
+    from hpcbench.cli import commbench
+
+    return commbench.main
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Reproducible benchmarks of distributed deep-learning training on HPC clusters.",
+        epilog=f"'{PROG} COMMAND --help' describes a command.",
+    )
+    from hpcbench import __version__
+
+    p.add_argument("--version", action="version", version=f"hpcbench {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for cmd in SUBCOMMANDS:
+        sub.add_parser(cmd.name, help=cmd.help, add_help=False)
+    return p
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    by_name = {cmd.name: cmd for cmd in SUBCOMMANDS}
+    first = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if first is None or args[first] not in by_name:
+        parser().parse_args(args)  # prints help, the version, or the usage error (exit 2)
+        return 2
+    cmd = by_name[args[first]]
+    rest = args[:first] + args[first + 1 :]
+    return _family(cmd.family)([*cmd.argv0, *rest], out, prog=f"{PROG} {cmd.name}" if not cmd.argv0 else PROG)
