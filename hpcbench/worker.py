@@ -120,92 +120,131 @@ def _complete_already(result: Path, comm: Comm) -> bool:
     return bool(comm.bcast(verdict))
 
 
-def run(run_file: Path) -> None:
-    run_spec = RunFile.load(run_file)
-    point = run_spec.point
-    sweep_dir = run_file.parent.parent
-    renv = detect(launcher=point.launcher)
-    comm: Comm | None = MPIComm() if renv.mpi else None
-    try:
+def _stall_or_raise(rank: int, iteration: int, kind: str) -> None:
+    """The injected fault (HPCBENCH_FAULT) of this rank at this iteration."""
+    if kind == "stall":
+        print(f"HPCBENCH_FAULT: rank {rank} stalls at iteration {iteration}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(1)
+    raise InjectedFault(f"HPCBENCH_FAULT: rank {rank} fails at iteration {iteration}")
+
+
+class PointRun:
+    """One rank's run of a point, in the order it happens: `start` (framework, file, peers),
+    `train` (the timed loop), `finish` (last rows, status, teardown)."""
+
+    def __init__(self, run_file: Path) -> None:
+        self.spec = RunFile.load(run_file)
+        self.point = self.spec.point
+        self.sweep_dir = run_file.parent.parent
+        self.renv = detect(launcher=self.point.launcher)
+        self.comm: Comm | None = MPIComm() if self.renv.mpi else None
+
+    def _framework(self) -> Framework:
+        point = self.point
         framework_cls = FRAMEWORKS.load(point.framework)
         missing = framework_cls.unavailable(point.backend)
         if missing is not None:
             raise HpcbenchError(f"{point.framework} backend {point.backend!r} is not available here: {missing}")
         framework = framework_cls()
-        framework.setup(point, renv, comm)
-        comm = comm or framework.bookkeeping_comm() or SelfComm()
+        framework.setup(point, self.renv, self.comm)
+        return framework
+
+    def start(self) -> bool:
+        """Set up the framework and the shared point file; False if it is complete already."""
+        point, options, renv = self.point, self.spec.options, self.renv
+        self.framework = framework = self._framework()
+        self.comm = comm = self.comm or framework.bookkeeping_comm() or SelfComm()
         if comm.size != point.ranks:
             raise RuntimeError(f"started with {comm.size} ranks, point {point.id} asks for {point.ranks}")
         hosts = comm.allgather(renv.hostname)
         offset = clock_offset_ns()
         framework.build(point)
-        kind = choose_writer(comm, run_spec.options.writer)
+        kind = choose_writer(comm, options.writer)
         epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
         gpu = renv.local_rank if point.device == "cuda" else None
-        sampler = Sampler(comm.rank, run_spec.options.sample_period_s, offset, epoch, gpu_index=gpu)
+        self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
         # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
-        extra = {**framework.versions(), "writer": kind, "resource_sources": comm.allgather(sampler.sources)}
-        meta = comm.bcast(_meta(run_spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
-        out = RunFile.result_for(sweep_dir, point.id)
+        extra = {**framework.versions(), "writer": kind, "resource_sources": comm.allgather(self.sampler.sources)}
+        meta = comm.bcast(_meta(self.spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
+        self.out = out = RunFile.result_for(self.sweep_dir, point.id)
         if _complete_already(out, comm):  # a requeued job whose first run finished
             print(f"hpcbench.worker: {out} is complete already; not run again", file=sys.stderr, flush=True)
-            sampler.stop()
+            self.sampler.stop()
             framework.teardown()
-            return
-        n_iterations = point.iterations_for(framework.steps_per_epoch())
-        writer = open_writer(out, comm, meta, n_iterations, _rank_row(renv, offset), kind)
-        rec = framework.recorder(min(run_spec.options.flush_every, n_iterations), offset, epoch)
-        rec.comm = framework.comm_recorder(comm.rank, offset, epoch)
+            return False
+        self.n_iterations = point.iterations_for(framework.steps_per_epoch())
+        self.writer = open_writer(out, comm, meta, self.n_iterations, _rank_row(renv, offset), kind)
+        self.rec = framework.recorder(min(options.flush_every, self.n_iterations), offset, epoch)
+        self.rec.comm = framework.comm_recorder(comm.rank, offset, epoch)
+        self.evals = Evaluations(framework, comm.rank)
+        return True
 
-        def flush() -> None:
-            assert rec.comm is not None
-            first = rec.first
-            rows = rec.drain()  # before the messages: on a GPU, comm_total sums their device times
-            tables = {schema.COMM: rec.comm.drain(), schema.RESOURCES: sampler.drain(), schema.EVAL: evals.drain()}
-            writer.write_iterations(first, rows, tables)
+    def flush(self) -> None:
+        rec = self.rec
+        assert rec.comm is not None
+        first = rec.first
+        rows = rec.drain()  # before the messages: on a GPU, comm_total sums their device times
+        tables = {
+            schema.COMM: rec.comm.drain(),
+            schema.RESOURCES: self.sampler.drain(),
+            schema.EVAL: self.evals.drain(),
+        }
+        self.writer.write_iterations(first, rows, tables)
 
-        evals = Evaluations(framework, comm.rank)
+    def train(self) -> None:
+        """The timed loop: every iteration's phases recorded, flushed in blocks, tested at
+        the end of every epoch (or once at the end), watched for stalls."""
+        point, comm, rec, framework = self.point, self.comm, self.rec, self.framework
+        assert comm is not None
         steps = framework.steps_per_epoch() if point.epochs else 0
-        sampler.start()
-
+        self.sampler.start()
         fail_at, fault = injected_fault(comm.rank)
-        stall_limit = run_spec.options.stall_timeout_s
+        stall_limit = self.spec.options.stall_timeout_s
         watchdog = Watchdog(stall_limit, comm, point.id) if stall_limit else None
         comm.barrier()  # everyone starts the timed loop together
         if watchdog is not None:
             watchdog.start()
-        evals.begin()
-        for i in range(n_iterations):
+        self.evals.begin()
+        for i in range(self.n_iterations):
             if i == fail_at:
-                if fault == "stall":
-                    print(f"HPCBENCH_FAULT: rank {comm.rank} stalls at iteration {i}", file=sys.stderr, flush=True)
-                    while True:
-                        time.sleep(1)
-                raise InjectedFault(f"HPCBENCH_FAULT: rank {comm.rank} fails at iteration {i}")
+                _stall_or_raise(comm.rank, i, fault)
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)
             done = i + 1 - point.warmup
             if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
-                evals.run(done // steps, i + 1)
+                self.evals.run(done // steps, i + 1)
             if rec.full:
-                flush()
+                self.flush()
             if watchdog is not None:
                 watchdog.beat(i)
         if not steps:
-            evals.run(0, n_iterations)
+            self.evals.run(0, self.n_iterations)
         if watchdog is not None:
             watchdog.stop()
-        sampler.stop()
-        flush()  # the last iterations and samples
-        writer.close(schema.STATUS_COMPLETE)
-        framework.teardown()
-        if comm.rank == 0:
-            print(f"hpcbench.worker: point {point.id} complete: {point.ranks} ranks, writer {writer.kind}, {out}")
+
+    def finish(self) -> None:
+        self.sampler.stop()
+        self.flush()  # the last iterations and samples
+        self.writer.close(schema.STATUS_COMPLETE)
+        self.framework.teardown()
+        if self.comm is not None and self.comm.rank == 0:
+            p, kind = self.point, self.writer.kind
+            print(f"hpcbench.worker: point {p.id} complete: {p.ranks} ranks, writer {kind}, {self.out}")
+
+
+def run(run_file: Path) -> None:
+    """Run this rank's part of the point of `run_file`; any failure ends every rank."""
+    this = PointRun(run_file)
+    try:
+        if this.start():
+            this.train()
+            this.finish()
     except BaseException as exc:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
-        write_account(renv.rank, point.id, f"failed: {describe(exc)}")  # what the manifest will quote
+        write_account(this.renv.rank, this.point.id, f"failed: {describe(exc)}")  # what the manifest will quote
         traceback.print_exc()
-        (comm or SelfComm()).abort(1)
+        (this.comm or SelfComm()).abort(1)
 
 
 def main(argv: list[str] | None = None) -> int:

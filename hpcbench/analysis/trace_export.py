@@ -154,68 +154,84 @@ def _comm_events(comm: np.ndarray) -> tuple[list[dict[str, Any]], dict[int, int]
     return events, lanes_of
 
 
+# Per-sample gauges after the CPU counter, in this order: (track, series, column, divisor).
+_GAUGES = (
+    ("rss MiB", "rss", "rss_bytes", MIB),
+    ("gpu util %", "util", "gpu_util", 1),
+    ("gpu mem MiB", "used", "gpu_mem_bytes", MIB),
+    ("gpu power W", "power", "gpu_power_w", 1),
+    ("gpu sm clock MHz", "sm", "gpu_sm_clock_mhz", 1),
+)
+_FLOAT_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
+_INT_COLUMNS = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes")
+
+
+class _Samples:
+    """A rank- and time-sorted resource table as Python lists; absent values (NaN, or -1 for
+    counters) read as None."""
+
+    def __init__(self, resources: np.ndarray) -> None:
+        res = resources[np.lexsort((resources["t"], resources["rank"]))]
+        self.ranks = [int(r) for r in res["rank"].tolist()]
+        self.t_s = res["t"].astype(np.float64).tolist()
+        self.ts = (res["t"].astype(np.float64) * US).tolist()
+        self._floats = {key: res[key].astype(np.float64).tolist() for key in _FLOAT_COLUMNS}
+        self._ints = {key: res[key].tolist() for key in _INT_COLUMNS}
+
+    def get(self, key: str, k: int) -> float | int | None:
+        if key in self._ints:
+            count: int = self._ints[key][k]
+            return count if count >= 0 else None
+        value: float = self._floats[key][k]
+        return value if math.isfinite(value) and value >= 0.0 else None
+
+
+def _sample_events(s: _Samples, k: int) -> list[dict[str, Any]]:
+    """The counters of sample k: CPU shares, then each gauge that was measured."""
+    pid, ts = s.ranks[k], s.ts[k]
+    events: list[dict[str, Any]] = []
+    cpu = {
+        name: value
+        for name, key in (("user", "cpu_user"), ("system", "cpu_system"), ("iowait", "cpu_iowait"))
+        if (value := s.get(key, k)) is not None
+    }
+    if cpu:
+        events.append(_counter("cpu %", ts, pid, cpu))
+    for track, series, key, divisor in _GAUGES:
+        if (value := s.get(key, k)) is not None:
+            events.append(_counter(track, ts, pid, {series: value / divisor}))
+    return events
+
+
+def _ib_rates(s: _Samples, j: int, k: int) -> dict[str, float]:
+    """InfiniBand MB/s over (sample j, sample k] of one rank; counter resets are skipped."""
+    dt = s.t_s[k] - s.t_s[j]
+    rates: dict[str, float] = {}
+    if not dt > 0.0:
+        return rates
+    for name, key in (("rx", "ib_rx_bytes"), ("tx", "ib_tx_bytes")):
+        now, before = s.get(key, k), s.get(key, j)
+        if now is not None and before is not None and now >= before:
+            rates[name] = (now - before) / dt / MB
+    return rates
+
+
 def _resource_events(resources: np.ndarray) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
     if len(resources) == 0:
         return events
-    order = np.lexsort((resources["t"], resources["rank"]))
-    res = resources[order]
-    rank_col = res["rank"].tolist()
-    ts = (res["t"].astype(np.float64) * US).tolist()
-    t_s = res["t"].astype(np.float64).tolist()
-    floats = {
-        key: res[key].astype(np.float64).tolist()
-        for key in ("cpu_user", "cpu_system", "cpu_iowait", "gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
-    }
-    ints = {key: res[key].tolist() for key in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes")}
-
-    def present_float(key: str, k: int) -> float | None:
-        value: float = floats[key][k]
-        return value if math.isfinite(value) and value >= 0.0 else None
-
-    def present_int(key: str, k: int) -> int | None:
-        value: int = ints[key][k]
-        return value if value >= 0 else None
-
+    s = _Samples(resources)
     previous: dict[int, int] = {}  # rank -> index of its previous sample
-    for k, rank in enumerate(rank_col):
-        pid = int(rank)
-        ts_k = ts[k]
-        if not math.isfinite(ts_k):
+    for k, pid in enumerate(s.ranks):
+        if not math.isfinite(s.ts[k]):
             continue
-        cpu = {
-            name: value
-            for name, key in (("user", "cpu_user"), ("system", "cpu_system"), ("iowait", "cpu_iowait"))
-            if (value := present_float(key, k)) is not None
-        }
-        if cpu:
-            events.append(_counter("cpu %", ts_k, pid, cpu))
-        if (rss := present_int("rss_bytes", k)) is not None:
-            events.append(_counter("rss MiB", ts_k, pid, {"rss": rss / MIB}))
-        if (util := present_float("gpu_util", k)) is not None:
-            events.append(_counter("gpu util %", ts_k, pid, {"util": util}))
-        if (mem := present_int("gpu_mem_bytes", k)) is not None:
-            events.append(_counter("gpu mem MiB", ts_k, pid, {"used": mem / MIB}))
-        if (power := present_float("gpu_power_w", k)) is not None:
-            events.append(_counter("gpu power W", ts_k, pid, {"power": power}))
-        if (clock := present_float("gpu_sm_clock_mhz", k)) is not None:
-            events.append(_counter("gpu sm clock MHz", ts_k, pid, {"sm": clock}))
+        events += _sample_events(s, k)
         # InfiniBand: the rate over (previous sample, this one], shown from the previous
         # sample on (a counter holds its value until the next event).
         j = previous.get(pid)
         previous[pid] = k
-        if j is None:
-            continue
-        dt = t_s[k] - t_s[j]
-        if not dt > 0.0:
-            continue
-        rates: dict[str, float] = {}
-        for name, key in (("rx", "ib_rx_bytes"), ("tx", "ib_tx_bytes")):
-            now, before = present_int(key, k), present_int(key, j)
-            if now is not None and before is not None and now >= before:  # skip counter resets
-                rates[name] = (now - before) / dt / MB
-        if rates:
-            events.append(_counter("ib MB/s", ts[j], pid, rates))
+        if j is not None and (rates := _ib_rates(s, j, k)):
+            events.append(_counter("ib MB/s", s.ts[j], pid, rates))
     return events
 
 

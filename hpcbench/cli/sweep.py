@@ -215,9 +215,9 @@ def cmd_cancel(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
-    from hpcbench.plan import capabilities  # probes each environment in a subprocess
+    from hpcbench.cli import check  # probes each environment in a subprocess
 
-    return capabilities.check(out)
+    return check.check(out)
 
 
 def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:

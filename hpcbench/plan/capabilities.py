@@ -27,9 +27,8 @@ from contextlib import contextmanager
 from functools import partial
 from importlib import metadata
 from pathlib import Path
-from typing import TextIO, TypedDict
+from typing import TypedDict
 
-from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
 
 REPORT_VERSION = 1
@@ -221,47 +220,6 @@ def probe() -> Report:
     }
 
 
-def _status(error: str | None, notes: list[str]) -> str:
-    """'works', or 'no [n]' with the reason appended to `notes` (each reason once)."""
-    if error is None:
-        return "works"
-    if error not in notes:
-        notes.append(error)
-    return f"no [{notes.index(error) + 1}]"
-
-
-def _works(error: str | None, detail: str = "") -> str:
-    if error is not None:
-        return f"no: {error}"
-    return f"works: {detail}" if detail else "works"
-
-
-def render(report: Report, indent: str = "  ") -> str:
-    """The report as text: a framework x backend x launcher table, then the other items."""
-    notes: list[str] = []
-    launchers = sorted(report["launchers"])
-    cells = {(c["framework"], c["backend"], c["launcher"]): c["error"] for c in report["cells"]}
-    rows = [("framework", "backend", "imports", *launchers)]
-    for fw, backends in sorted(report["frameworks"].items()):
-        for backend, error in backends.items():
-            row = [fw, backend, _status(error, notes)]
-            row += [_status(cells.get((fw, backend, la), "not probed"), notes) for la in launchers]
-            rows.append(tuple(row))
-    extra = [(f"import {m}", _works(item["error"], item["detail"])) for m, item in report["libraries"].items()]
-    extra += [(f"launcher {la}", _works(report["launchers"][la])) for la in launchers]
-    extra += [(f"module {name}", f"no: does not import: {error}") for name, error in report["broken_modules"].items()]
-    for name, item in (("parallel HDF5", report["hdf5"]), ("NVML", report["nvml"]), ("BLAS", report["blas"])):
-        extra.append((name, _works(item["error"], item["detail"])))
-    lines = [textable.render(rows, indent=indent)]
-    lines += [f"{indent}{name:<{max(len(n) for n, _ in extra)}}  {text}" for name, text in extra]
-    lines += [f"{indent}[{i}] {note}" for i, note in enumerate(notes, 1)]
-    return "\n".join(lines)
-
-
-def heading(label: str, report: Report) -> str:
-    return f"{label}: {report['python']} (Python {report['python_version']})"
-
-
 def run_probe(python: Path, timeout: float = 600, extra_path: Path | None = None) -> Report | str:
     """The report of interpreter `python` (run in a subprocess), or why there is none."""
     env = dict(os.environ)
@@ -316,19 +274,6 @@ def survey() -> list[tuple[str, Report | str]]:
     return results
 
 
-def check(out: TextIO) -> int:
-    """`python -m hpcbench.sweep check`: the capability table of every environment."""
-    for i, (label, result) in enumerate(survey()):
-        if i:
-            print(file=out)
-        if isinstance(result, str):
-            print(f"{label}: {result}", file=out)
-        else:
-            print(heading(label, result), file=out)
-            print(render(result), file=out)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpcbench.plan.capabilities", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -336,11 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with _stdout_to_stderr():
         report = probe()
-    if args.json:
-        print(json.dumps(report))  # registry order kept
-    else:
-        print(heading("this interpreter", report))
-        print(render(report))
+    # one JSON object (registry order kept); `hpcbench check` renders it as a table
+    print(json.dumps(report, indent=None if args.json else 2))
     return 0
 
 

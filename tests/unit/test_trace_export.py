@@ -90,7 +90,8 @@ def make_resources(gpu: bool = False) -> np.ndarray:
             row["ib_rx_bytes"] = (0, 2_000_000, 6_000_000)[j] if ib else -1
             row["ib_tx_bytes"] = (0, 1_000_000, 1_000_000)[j] if ib else -1
             k += 1
-    return res[::-1].copy()  # out of order: the export sorts by rank and time
+    out: np.ndarray = res[::-1].copy()  # out of order: the export sorts by rank and time
+    return out
 
 
 def make_trace(gpu: bool = False, comm: np.ndarray | None = None) -> dict[str, Any]:

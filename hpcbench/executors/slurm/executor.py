@@ -295,6 +295,35 @@ def job_states(records: list[str], live: str | None) -> list[str]:
     return [*records[:-1], live]
 
 
+QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED")
+RUNNING_STATES = ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT")
+
+
+def _verdict(e: mf.Entry, records: list[Run], queued: str | None, status: str | None) -> tuple[str, str] | None:
+    """(manifest state, reason) of one entry from its job's accounting records and queue
+    state; None while sacct does not know the job yet."""
+    *history, state = job_states([r.state for r in records], queued) or [""]
+    requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
+    if state in QUEUED_STATES:
+        return mf.QUEUED, requeued
+    if state in RUNNING_STATES:
+        return mf.RUNNING, requeued
+    if state == "COMPLETED":
+        if status == schema.STATUS_COMPLETE:
+            return mf.DONE, f"completed, {requeued}" if requeued else ""
+        return mf.FAILED, f"job completed but result is {status or 'missing'}; see {e.log}"
+    if state not in FAILED_STATES:
+        return None
+    # the ranks' accounts of the last run: a requeued job's earlier runs wrote into the same logs
+    hint = failure_hint(job_logs(Path(e.log)), since=records[-1].start if records else None)
+    if state == "FAILED" and SUBMITIT_TIMEOUT in hint:
+        # submitit's handler of the time-limit warning signal raised in the worker before
+        # Slurm could end the job itself: the cause is the time limit.
+        state = "TIMEOUT"
+    reason = f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
+    return mf.FAILED, f"{requeued}, then {reason}" if requeued else reason
+
+
 def refresh(manifest: mf.Manifest) -> None:
     """Bring queued / running entries up to date from sacct, the queue and the point files."""
     active = [e for e in manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
@@ -304,37 +333,15 @@ def refresh(manifest: mf.Manifest) -> None:
     queue = queue_states()
     changed = False
     for e in active:
-        records = runs.get(e.job_id, [])
-        *history, state = job_states([r.state for r in records], queue.get(e.job_id)) or [""]
-        requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
         status = result_status(manifest.directory / e.result)
-        if state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED"):
-            new, reason = mf.QUEUED, requeued
-        elif state in ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT"):
-            new, reason = mf.RUNNING, requeued
-        elif state == "COMPLETED":
-            ok = status == schema.STATUS_COMPLETE
-            new = mf.DONE if ok else mf.FAILED
-            reason = f"completed, {requeued}" if ok and requeued else ""
-            if not ok:
-                reason = f"job completed but result is {status or 'missing'}; see {e.log}"
-        elif state in FAILED_STATES:
-            # the ranks' accounts of the last run: a requeued job's earlier runs wrote into the same logs
-            hint = failure_hint(job_logs(Path(e.log)), since=records[-1].start if records else None)
-            if state == "FAILED" and SUBMITIT_TIMEOUT in hint:
-                # submitit's handler of the time-limit warning signal raised in the worker
-                # before Slurm could end the job itself: the cause is the time limit.
-                state = "TIMEOUT"
-            new, reason = mf.FAILED, f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
-            reason = f"{requeued}, then {reason}" if requeued else reason
-        else:  # not in sacct yet
+        verdict = _verdict(e, runs.get(e.job_id, []), queue.get(e.job_id), status)
+        if verdict is None or verdict == (e.state, e.reason):
             continue
-        if (new, reason) != (e.state, e.reason):
-            e.state, e.reason = new, reason
-            if new in (mf.DONE, mf.FAILED):
-                e.ended = mf.now()
-            if new == mf.FAILED and status not in (None, schema.STATUS_COMPLETE):  # the file says so too
-                mark_failed(manifest.directory / e.result, reason)
-            changed = True
+        e.state, e.reason = new, reason = verdict
+        if new in (mf.DONE, mf.FAILED):
+            e.ended = mf.now()
+        if new == mf.FAILED and status not in (None, schema.STATUS_COMPLETE):  # the file says so too
+            mark_failed(manifest.directory / e.result, reason)
+        changed = True
     if changed:
         manifest.save()

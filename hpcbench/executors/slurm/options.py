@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -92,41 +92,63 @@ def parse_time(path: str, value: Any) -> int:
     return _positive(path, int(days) * 1440 + h * 60 + m + (1 if sec else 0))
 
 
+def _boolean(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(path, f"{value!r} is not a boolean", "true, false")
+    return value
+
+
+def _memory(path: str, value: Any) -> str:
+    text = _text(path, value)
+    if not _MEM.match(text):
+        raise SpecError(path, f"{text!r} is not a memory size", "sbatch syntax such as 4000M or 16G")
+    return text
+
+
+def _additional(path: str, value: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(value, Mapping):
+        raise SpecError(path, f"{value!r} is not a mapping", "sbatch option name: value")
+    out = []
+    for name, v in value.items():
+        if not isinstance(name, str) or not _SBATCH_NAME.match(name):
+            raise SpecError(f"{path}.{name}", "is not an sbatch option name", "lower-case long option names")
+        # sbatch also takes unambiguous prefixes of long options: refuse those of ours too.
+        ours = (*DERIVED, *(f.replace("_", "-") for f in FIELDS))
+        if any(option.startswith(name) for option in ours):
+            raise SpecError(f"{path}.{name}", "is set by hpcbench or by its own key", "other sbatch options")
+        out.append((name, _text(f"{path}.{name}", v)))
+    return tuple(sorted(out))
+
+
+def _lines(path: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise SpecError(path, f"{value!r} is not a list", "a list of shell lines")
+    return tuple(_text(f"{path}[{i}]", line) for i, line in enumerate(value))
+
+
+# The checker of every option: (path, value) -> canonical value, or SpecError.
+CHECKERS: dict[str, Callable[[str, Any], Any]] = {
+    "partition": _text,
+    "account": _text,
+    "qos": _text,
+    "constraint": _text,
+    "exclusive": _boolean,
+    "time": parse_time,
+    "mem": _memory,
+    "cpus_per_task": _positive,
+    "array_parallelism": _positive,
+    "signal_delay_s": _positive,
+    "additional": _additional,
+    "setup": _lines,
+}
+assert set(CHECKERS) == set(FIELDS), "every option has a checker"
+
+
 def _check(path: str, key: str, value: Any) -> Any:
-    where = f"{path}.{key}"
-    if key in ("partition", "account", "qos", "constraint"):
-        return _text(where, value)
-    if key == "exclusive":
-        if not isinstance(value, bool):
-            raise SpecError(where, f"{value!r} is not a boolean", "true, false")
-        return value
-    if key == "time":
-        return parse_time(where, value)
-    if key == "mem":
-        text = _text(where, value)
-        if not _MEM.match(text):
-            raise SpecError(where, f"{text!r} is not a memory size", "sbatch syntax such as 4000M or 16G")
-        return text
-    if key in ("cpus_per_task", "array_parallelism", "signal_delay_s"):
-        return _positive(where, value)
-    if key == "additional":
-        if not isinstance(value, Mapping):
-            raise SpecError(where, f"{value!r} is not a mapping", "sbatch option name: value")
-        out = []
-        for name, v in value.items():
-            if not isinstance(name, str) or not _SBATCH_NAME.match(name):
-                raise SpecError(f"{where}.{name}", "is not an sbatch option name", "lower-case long option names")
-            # sbatch also takes unambiguous prefixes of long options: refuse those of ours too.
-            ours = (*DERIVED, *(f.replace("_", "-") for f in FIELDS))
-            if any(option.startswith(name) for option in ours):
-                raise SpecError(f"{where}.{name}", "is set by hpcbench or by its own key", "other sbatch options")
-            out.append((name, _text(f"{where}.{name}", v)))
-        return tuple(sorted(out))
-    if key == "setup":
-        if not isinstance(value, list):
-            raise SpecError(where, f"{value!r} is not a list", "a list of shell lines")
-        return tuple(_text(f"{where}[{i}]", line) for i, line in enumerate(value))
-    raise SpecError(where, "unknown key", ", ".join(FIELDS))
+    checker = CHECKERS.get(key)
+    if checker is None:
+        raise SpecError(f"{path}.{key}", "unknown key", ", ".join(FIELDS))
+    return checker(f"{path}.{key}", value)
 
 
 def parse(path: str, raw: Any) -> dict[str, Any]:
