@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import ctypes
 import datetime
 import os
 import shlex
 import signal
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from hpcbench.executors.base import EXECUTORS, Executor
 from hpcbench.plan.launch import Launch
 from hpcbench.rank.failures import failure_hint
+from hpcbench.rank.net import die_with_parent
 from hpcbench.store import schema
 from hpcbench.store.status import keep_aside, mark_failed, result_status
 from hpcbench.sweepdir import manifest as mf
@@ -24,23 +23,12 @@ from hpcbench.sweepdir.paths import inside
 KILL_GRACE_S = 10.0
 
 
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the sweep process dies, even by SIGKILL, so the
-    launcher stops its ranks instead of writing on, orphaned, into a file a resume will reuse."""
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def run_process(argv: list[str], env: dict[str, str], log: Path, timeout_s: float | None) -> tuple[int, str]:
     """Run `argv` in its own process group; (exit code, '' or why it was stopped)."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=_die_with_parent,  # async-signal-safe: one prctl call
+            preexec_fn=die_with_parent,  # the launcher stops its ranks if the sweep dies
         )  # fmt: skip
         try:
             return proc.wait(timeout=timeout_s), ""
