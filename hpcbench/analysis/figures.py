@@ -20,6 +20,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from hpcbench.analysis.metric_table import metric
 from hpcbench.store.schema import PHASES
 
 SERIES = ["framework", "backend", "model", "batch_size"]
@@ -57,16 +58,22 @@ def _vs_ranks(table: pd.DataFrame, column: str, ylabel: str, title: str, ideal: 
     return fig
 
 
+def _metric_vs_ranks(stats: pd.DataFrame, key: str) -> Figure | None:
+    """A metric's figure, its axis label and title from the metric table."""
+    m = metric(key)
+    return _vs_ranks(stats, m.key, m.formula, m.title, ideal=m.ideal)
+
+
 def throughput(stats: pd.DataFrame) -> Figure | None:
-    return _vs_ranks(stats, "throughput", "samples/s", "Throughput X = N·b / t_iter")
+    return _metric_vs_ranks(stats, "throughput")
 
 
 def efficiency(stats: pd.DataFrame) -> Figure | None:
-    return _vs_ranks(stats, "efficiency", "E(N) = X(N) / (N·X(1))", "Scaling efficiency", ideal=True)
+    return _metric_vs_ranks(stats, "efficiency")
 
 
 def comm_share(stats: pd.DataFrame) -> Figure | None:
-    return _vs_ranks(stats, "comm_share", "comm_total / t_iter", "Communication share")
+    return _metric_vs_ranks(stats, "comm_share")
 
 
 def _bars(labels: list[str], height: float = 0.45) -> tuple[Figure, Axes]:

@@ -5,31 +5,18 @@ from __future__ import annotations
 
 import datetime
 import html
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from hpcbench.analysis import figures
+from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.tables import Analysis
 from hpcbench.sweepdir.atomic import write_text_atomic
 
-Format = Callable[[object], str]
-
-
-def _num(digits: int, scale: float = 1.0) -> Format:
-    def fmt(v: object) -> str:
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            return str(v)
-        return "" if math.isnan(v) else f"{v * scale:,.{digits}f}"
-
-    return fmt
-
-
-def _pct(v: object) -> str:
-    return "" if not isinstance(v, int | float) or math.isnan(v) else f"{v:.1%}"
+_num, _pct = number, percent
 
 
 @dataclass(frozen=True)
@@ -38,27 +25,25 @@ class Column:
     title: str
     fmt: Format = str
 
+    @classmethod
+    def of(cls, key: str) -> Column:
+        """The column of a derived metric, as the metric table defines it."""
+        m = metric(key)
+        return cls(m.key, m.label, m.fmt)
+
 
 IDENT = [Column("point", "point"), Column("framework", "framework"), Column("backend", "backend"),
          Column("model", "model"), Column("ranks", "N"), Column("batch_size", "batch")]  # fmt: skip
 
 SCALING = [
     *IDENT,
-    Column("t_iter_s", "t_iter (ms)", _num(2, 1e3)),
-    Column("throughput", "samples/s", _num(1)),
-    Column("speedup", "speedup", _num(2)),
-    Column("efficiency", "efficiency", _pct),
-    Column("scaling", "scaling"),
-    Column("lif", "LIF", _num(3)),
-    Column("lif_excess", "LIF excess", _pct),
-    Column("comm_share", "comm share", _pct),
-    Column("overlap", "overlap", _pct),
-    Column("cv", "CV", _pct),
+    *(Column.of(key) for key in ("t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif", "lif_excess")),
+    *(Column.of(key) for key in ("comm_share", "overlap", "cv")),
 ]
 PHASE_TABLE = [
     *IDENT,
     *(Column(f"{p}_s", f"{p} (ms)", _num(2, 1e3)) for p in ("data", "h2d", "forward", "backward", "comm", "update")),
-    Column("comm_total_s", "comm total (ms)", _num(2, 1e3)),
+    Column.of("comm_total_s"),
 ]
 # seed 002's tables: training time, testing time, accuracy, CPU usage and memory
 SEED002 = [

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis.metric_table import REPEATED
 from hpcbench.spec import Point
 
 CV_WARNING = 0.10  # pyperf: coefficient of variation above which a result is unstable
@@ -54,10 +55,6 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
 def config_id(point: Point) -> str:
     """The id shared by repeats of one configuration (the point's id with seed 0)."""
     return dataclasses.replace(point, seed=0).id
-
-
-REPEATED = ["t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_share", "accuracy", "train_time_s",
-            "test_time_s", "time_to_best_s"]  # fmt: skip
 
 
 def repeats(stats: pd.DataFrame, columns: Sequence[str] = REPEATED) -> pd.DataFrame:

@@ -11,16 +11,16 @@ Needs numpy, pandas, h5py and matplotlib only: it runs anywhere the point files 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import pandas as pd
 
 from hpcbench.analysis import metrics, tables, trace_export
+from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model import LinkCost
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
@@ -29,26 +29,18 @@ from hpcbench.sweepdir.atomic import write_text_atomic
 
 PROG = "hpcbench.analyze"
 
-_SHOWN: list[tuple[str, str, Callable[[Any], str]]] = [
-    ("point", "point", str),
-    ("framework", "framework", str),
-    ("backend", "backend", str),
-    ("model", "model", str),
-    ("nodes", "nodes", str),
-    ("ranks_per_node", "ranks/node", str),
-    ("batch_size", "batch", str),
-    ("t_iter_s", "t_iter ms", lambda v: f"{v * 1e3:.2f}"),
-    ("throughput", "samples/s", lambda v: f"{v:.1f}"),
-    ("speedup", "speedup", lambda v: "-" if math.isnan(v) else f"{v:.2f}"),
-    ("efficiency", "efficiency", lambda v: "-" if math.isnan(v) else f"{v:.0%}"),
-    ("lif", "LIF", lambda v: f"{v:.3f}"),
-    ("comm_share", "comm", lambda v: f"{v:.0%}"),
-]
+_IDENT = [("point", "point"), ("framework", "framework"), ("backend", "backend"), ("model", "model"),
+          ("nodes", "nodes"), ("ranks_per_node", "ranks/node"), ("batch_size", "batch")]  # fmt: skip
+_METRICS = ("t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_share")
 
 
 def format_table(table: pd.DataFrame) -> str:
-    rows = [[title for _, title, _ in _SHOWN]]
-    rows += [[fmt(rec[col]) for col, _, fmt in _SHOWN] for rec in table.to_dict("records")]
+    """The scaling table as text: the configuration, then the metrics as the metric table
+    formats them ("-" where a value is undefined, e.g. speedup without a 1-rank point)."""
+    shown: list[tuple[str, str, Format]] = [(key, title, str) for key, title in _IDENT]
+    shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS)]
+    rows = [[title for _, title, _ in shown]]
+    rows += [[fmt(rec[col]) or "-" for col, _, fmt in shown] for rec in table.to_dict("records")]
     return textable.render(rows, right=True)
 
 

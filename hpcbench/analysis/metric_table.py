@@ -1,0 +1,67 @@
+"""The derived metrics, each defined once: its column, label, unit and format, its formula (for
+figures and docs), whether repeats summarise it, and the figure it is plotted in. The summary
+table, the repeats, the report and the command line all read this table; a new metric is one
+row here plus the function that computes it (hpcbench.analysis.metrics).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Format = Callable[[object], str]
+
+
+def number(digits: int, scale: float = 1.0) -> Format:
+    """`v * scale` with `digits` decimals and thousands separators; NaN as empty."""
+
+    def fmt(v: object) -> str:
+        if not isinstance(v, int | float) or isinstance(v, bool):
+            return str(v)
+        return "" if math.isnan(v) else f"{v * scale:,.{digits}f}"
+
+    return fmt
+
+
+def percent(v: object) -> str:
+    """A fraction as a percentage with one decimal; NaN as empty."""
+    return "" if not isinstance(v, int | float) or math.isnan(v) else f"{v:.1%}"
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str  # the column in the summary and stats tables
+    label: str  # column title, unit included
+    fmt: Format
+    formula: str = ""  # how it is computed (axis label of its figure)
+    title: str = ""  # its figure's title, when it has one
+    repeated: bool = False  # summarised over repeats (mean, 95 % CI, CV)
+    ideal: bool = False  # its figure draws the ideal (1.0) line
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("t_iter_s", "t_iter (ms)", number(2, 1e3), "median over iterations of the slowest rank", repeated=True),
+    Metric("throughput", "samples/s", number(1), "samples/s", "Throughput X = N·b / t_iter", repeated=True),
+    Metric("speedup", "speedup", number(2), "S(N) = X(N) / X(1)", repeated=True),
+    Metric(
+        "efficiency", "efficiency", percent, "E(N) = X(N) / (N·X(1))", "Scaling efficiency", repeated=True, ideal=True
+    ),
+    Metric("scaling", "scaling", str, "strong (global batch fixed) or weak (batch per rank fixed)"),
+    Metric("lif", "LIF", number(3), "mean over iterations of max / mean rank compute", repeated=True),
+    Metric("lif_excess", "LIF excess", percent, "(max − mean) / mean rank compute"),
+    Metric("comm_share", "comm share", percent, "comm_total / t_iter", "Communication share", repeated=True),
+    Metric("overlap", "overlap", percent, "1 − exposed comm / comm_total"),
+    Metric("cv", "CV", percent, "coefficient of variation of t_iter over iterations"),
+    Metric("comm_total_s", "comm total (ms)", number(2, 1e3), "sum of the rank's message durations"),
+    Metric("accuracy", "accuracy (%)", number(2, 100), repeated=True),
+    Metric("train_time_s", "Training Time (s)", number(2), repeated=True),
+    Metric("test_time_s", "Testing Time (s)", number(2), repeated=True),
+    Metric("time_to_best_s", "time to best (s)", number(2), repeated=True),
+)
+BY_KEY = {m.key: m for m in METRICS}
+REPEATED = [m.key for m in METRICS if m.repeated]
+
+
+def metric(key: str) -> Metric:
+    return BY_KEY[key]
