@@ -45,6 +45,9 @@ def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[...
     assert sorted(p.point.backend for p in points) == ["gloo", "mpi"]
     for data in points:
         check_exchange(data)
+        # The ranks' output (stdout and stderr) is clean: no deprecated DDP argument, say.
+        log = (tmp_path / "sweep" / "logs" / f"{data.point.id}.log").read_text()
+        assert "FutureWarning" not in log, (data.point.backend, log[-3000:])
     # The same model, data and averaging: both backends end with the same weights.
     gloo, mpi = (p.eval["param_checksum"][0] for p in sorted(points, key=lambda p: p.point.backend))
     assert gloo == pytest.approx(mpi, rel=1e-5)

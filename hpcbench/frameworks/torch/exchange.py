@@ -77,11 +77,30 @@ class DDPExchange(Exchange):
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        # No buffer broadcast before every forward: BatchNorm statistics stay per rank, as
-        # with the MPI and Horovod exchanges, so all backends measure the same work.
-        ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        ddp = DistributedDataParallel(model, device_ids=ids, **_no_buffer_sync(model))
         ddp.register_comm_hook(self, _timed_allreduce)
         return ddp
+
+
+def _no_buffer_sync(model: torch.nn.Module) -> dict[str, Any]:
+    """DDP's arguments for never broadcasting buffers, neither before every forward nor at
+    construction: BatchNorm statistics stay per rank, as with the MPI and Horovod exchanges,
+    so all backends measure the same work. (Parameters are still broadcast at construction.)
+
+    torch 2.13 deprecates `broadcast_buffers=False` (a FutureWarning on every rank) for
+    `forward_sync_buffers=False`, which no longer covers the sync at construction: there the
+    buffers are left out by naming them as ignored (they are not parameters, so nothing else
+    DDP does changes). Older torch has only `broadcast_buffers`, which does both."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    if "forward_sync_buffers" not in inspect.signature(DistributedDataParallel).parameters:
+        return {"broadcast_buffers": False}
+    buffers = [name for name, _ in model.named_buffers()]
+    if buffers:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, buffers)
+    return {"forward_sync_buffers": False}
 
 
 def _timed_allreduce(state: DDPExchange, bucket: Any) -> Any:
