@@ -20,7 +20,6 @@ from hpcbench.store.reader import PointData, read_point
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ENVS = bool(os.environ.get("HPCBENCH_REQUIRE_ENVS"))  # CI: a missing environment fails, not skips
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
 
 
 @dataclass

@@ -13,7 +13,8 @@ import pytest
 from hpcbench.analysis import calibration
 from hpcbench.analysis.model import ring_allreduce
 from hpcbench.errors import HpcbenchError
-from tests.conftest import MPI_ENV, ROOT, run_module
+from hpcbench.testing.mpi import MPI_ENV, run_mpi
+from tests.conftest import ROOT, run_module
 
 pytestmark = pytest.mark.mpi
 
@@ -21,9 +22,8 @@ SIZES = [4096, 65536, 1 << 20]
 
 
 def commbench(n: int, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, "-m", "hpcbench.commbench",
-            "--sizes", "4K,64K,1M", "--iters", "10", "--warmup", "2", "-o", str(out), *args]  # fmt: skip
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=ROOT, env={**os.environ, **MPI_ENV})
+    sizes = ("--sizes", "4K,64K,1M", "--iters", "10", "--warmup", "2")
+    return run_mpi(n, sys.executable, "-m", "hpcbench.commbench", *sizes, "-o", out, *args, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

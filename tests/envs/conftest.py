@@ -6,14 +6,14 @@ HPCBENCH_REQUIRE_ENVS is set, as CI does: then a missing environment fails the t
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MPI_ENV, env_python
+from hpcbench.testing.mpi import run_mpi
+from tests.conftest import env_python
 
 
 @pytest.fixture
@@ -31,12 +31,6 @@ def mpirun() -> Callable[..., subprocess.CompletedProcess[str]]:
     """`mpirun -n N ARGV...` on this host (oversubscribed, as root if need be)."""
 
     def run(n: int, *argv: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", *map(str, argv)],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, **MPI_ENV, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
+        return run_mpi(n, *argv, timeout=timeout, env={"TF_CPP_MIN_LOG_LEVEL": "3"})
 
     return run

@@ -20,8 +20,9 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from hpcbench.store.reader import PointData
+from hpcbench.testing.mpi import MPI_ENV
 from hpcbench.workloads import zoo as models
-from tests.conftest import MPI_ENV, ROOT, env_python, run_sweep, spec_text
+from tests.conftest import ROOT, env_python, run_sweep, spec_text
 
 pytestmark = pytest.mark.mpi
 

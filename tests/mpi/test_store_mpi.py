@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
-from tests.conftest import MPI_ENV
+from hpcbench.testing.mpi import run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -21,8 +20,7 @@ SCRIPT = Path(__file__).with_name("write_point.py")
 
 
 def mpirun(n: int, *args: str) -> subprocess.CompletedProcess[str]:
-    argv = ["mpirun", "-n", str(n), "--oversubscribe", "--bind-to", "none", sys.executable, str(SCRIPT), *args]
-    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, **MPI_ENV})
+    return run_mpi(n, sys.executable, SCRIPT, *args)
 
 
 def test_h5py_here_is_built_with_mpi() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hpcbench.sweepdir.manifest import ACTIVE, Manifest
-from tests.conftest import ROOT, Result, run_module
+from tests.conftest import ROOT, Result, run_module, spec_text
 
 STATE_DIR = "/tmp/hpcbench-slurm-tests"
 MAX_ARRAY_SIZE = 4  # small, so that array splitting is exercised by a handful of points
@@ -60,3 +60,9 @@ def wait_for_state(directory: Path, point_id: str, state: str, timeout: float = 
             return
         time.sleep(1)
     raise AssertionError(f"point {point_id} did not reach {state} in {timeout} s")
+
+
+def slurm_spec(name: str, matrix: dict[str, object], **fixed: object) -> str:
+    """A small spec (tests.conftest.spec_text) submitted to the test cluster."""
+    text = spec_text(name, matrix, **fixed)
+    return text.replace("executor: local", "executor: slurm\nprofile: testcluster")

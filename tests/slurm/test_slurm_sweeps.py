@@ -14,17 +14,12 @@ import pytest
 
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
-from tests.conftest import ROOT, run_module, spec_text
-from tests.slurm.conftest import MAX_ARRAY_SIZE, wait_for_state, wait_until_finished
+from tests.conftest import ROOT, run_module
+from tests.slurm.conftest import MAX_ARRAY_SIZE, slurm_spec, wait_for_state, wait_until_finished
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 SLURM = {"executor": "slurm", "profile": "testcluster"}
-
-
-def slurm_spec(name: str, matrix: dict[str, object], **fixed: object) -> str:
-    text = spec_text(name, matrix, **fixed)
-    return text.replace("executor: local", "executor: slurm\nprofile: testcluster")
 
 
 def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
