@@ -99,7 +99,7 @@ def _no_buffer_sync(model: torch.nn.Module) -> dict[str, Any]:
         return {"broadcast_buffers": False}
     buffers = [name for name, _ in model.named_buffers()]
     if buffers:
-        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, buffers)
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, buffers)  # type: ignore[no-untyped-call]
     return {"forward_sync_buffers": False}
 
 
