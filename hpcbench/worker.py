@@ -28,8 +28,9 @@ from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.rank.failures import describe, write_account
 from hpcbench.rank.watchdog import Watchdog
 from hpcbench.store import schema
-from hpcbench.store.status import keep_aside, result_status
+from hpcbench.store.status import result_status
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
+from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.runfile import RunFile
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
@@ -136,7 +137,7 @@ class PointRun:
     def __init__(self, run_file: Path) -> None:
         self.spec = RunFile.load(run_file)
         self.point = self.spec.point
-        self.sweep_dir = run_file.parent.parent
+        self.sweep_dir = SweepDir.of_run_file(run_file)
         self.renv = detect(launcher=self.point.launcher)
         self.comm: Comm | None = MPIComm() if self.renv.mpi else None
 
@@ -167,7 +168,7 @@ class PointRun:
         # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
         extra = {**framework.versions(), "writer": kind, "resource_sources": comm.allgather(self.sampler.sources)}
         meta = comm.bcast(_meta(self.spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
-        self.out = out = RunFile.result_for(self.sweep_dir, point.id)
+        self.out = out = self.sweep_dir.result(point.id)
         if _complete_already(out, comm):  # a requeued job whose first run finished
             print(f"hpcbench.worker: {out} is complete already; not run again", file=sys.stderr, flush=True)
             self.sampler.stop()

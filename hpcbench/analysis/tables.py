@@ -14,7 +14,6 @@ Derived from these: `repeats` (mean and confidence interval over seeds, stats.py
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,8 +25,7 @@ from hpcbench.analysis.model import LinkCost
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
-
-_ASIDE = re.compile(r"\.attempt\d+$")  # earlier incomplete attempts kept by the executor
+from hpcbench.sweepdir.layout import SweepDir
 
 
 @dataclass
@@ -38,7 +36,7 @@ class SweepData:
 
 
 def point_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("*.h5") if not _ASIDE.search(p.stem))
+    return SweepDir(directory).results()  # earlier attempts kept aside are not points
 
 
 def load(directory: Path | str) -> SweepData:

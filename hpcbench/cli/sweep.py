@@ -37,12 +37,12 @@ from hpcbench.store import schema
 from hpcbench.store.status import result_status
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.lock import sweep_lock
 from hpcbench.sweepdir.manifest import Manifest
 from hpcbench.sweepdir.runfile import RunFile
 
 PROG = "hpcbench.sweep"
-SPEC_FILE = "spec.yaml"
 
 
 def default_out(name: str) -> Path:
@@ -109,7 +109,7 @@ def _submit_locked(
     sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[str] | None, verbose: bool, out: TextIO
 ) -> int:
     executor_cls = EXECUTORS.load(sweep.executor)
-    write_text_atomic(out_dir / SPEC_FILE, sweep.text)
+    write_text_atomic(SweepDir(out_dir).spec, sweep.text)
     manifest = Manifest.open(out_dir, sweep.name, sweep.executor)
     points = [p for p in sweep.points if only is None or p.id in only]
     for p in points:
@@ -136,7 +136,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     out_dir = (Path(args.out) if args.out else default_out(sweep.name)).absolute()
     launches = [plan.launch_for(p, out_dir, profile, executor_cls.local) for p in sweep.points]
     print_plan(sweep, launches, out_dir, args.dry_run, out)
-    if (out_dir / Manifest.FILE).exists():
+    if (out_dir / SweepDir.MANIFEST).exists():
         existing = Manifest.load(out_dir)
         if existing.name != sweep.name:
             raise HpcbenchError(f"{out_dir} holds sweep {existing.name!r}, not {sweep.name!r}: choose another --out")
@@ -151,9 +151,9 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
 def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest, Executor]:
     manifest = Manifest.load(directory)
     try:
-        text = (directory / SPEC_FILE).read_text(encoding="utf-8")
+        text = (directory / SweepDir.SPEC).read_text(encoding="utf-8")
     except OSError as exc:
-        raise HpcbenchError(f"{directory / SPEC_FILE}: cannot be read ({exc.strerror})") from None
+        raise HpcbenchError(f"{directory / SweepDir.SPEC}: cannot be read ({exc.strerror})") from None
     sweep, profile = plan.load_text(text, catalog())
     return manifest, _executor(manifest, sweep, profile, out, verbose)
 

@@ -15,8 +15,9 @@ from hpcbench.plan.launch import Launch
 from hpcbench.rank.failures import failure_hint
 from hpcbench.rank.net import die_with_parent
 from hpcbench.store import schema
-from hpcbench.store.status import keep_aside, mark_failed, result_status
+from hpcbench.store.status import mark_failed, result_status
 from hpcbench.sweepdir import manifest as mf
+from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.lock import in_use
 from hpcbench.sweepdir.paths import inside
 
@@ -84,7 +85,7 @@ class LocalExecutor(Executor):
             aside = keep_aside(result)
             if aside is not None:
                 print(f"  {entry.id}  earlier incomplete result kept as {aside.name}", file=self.out)
-            entry.log = f"logs/{entry.id}.log"
+            entry.log = SweepDir.log_name(entry.id)
             log = inside(directory, entry.log)
             entry.state, entry.attempts, entry.started, entry.ended = mf.RUNNING, entry.attempts + 1, mf.now(), ""
             self.manifest.save()

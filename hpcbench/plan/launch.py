@@ -12,7 +12,7 @@ from hpcbench.launchers import LAUNCHERS, LaunchContext
 from hpcbench.plan import envs, profiles
 from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import OptionsParser, Point, Sweep, load_sweep
-from hpcbench.sweepdir.runfile import RunFile
+from hpcbench.sweepdir.layout import SweepDir
 
 Executors = Mapping[str, OptionsParser | None]
 """The registered executors as the plan sees them: name -> the parser of its options
@@ -85,7 +85,7 @@ def context(
 ) -> LaunchContext:
     return LaunchContext(
         python=python or str(envs.python(point.env)),
-        run_file=str(RunFile.path_for(sweep_dir, point.id)),
+        run_file=str(SweepDir(sweep_dir).run_file(point.id)),
         local=local,
         rendezvous=rendezvous,
         hosts=hosts,

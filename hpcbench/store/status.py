@@ -18,17 +18,6 @@ def result_status(path: Path) -> str | None:
         return None
 
 
-def keep_aside(path: Path) -> Path | None:
-    """Move an incomplete earlier result out of the way, never deleting it."""
-    if not path.exists():
-        return None
-    n = 1
-    while (aside := path.with_name(f"{path.stem}.attempt{n}{path.suffix}")).exists():
-        n += 1
-    path.rename(aside)
-    return aside
-
-
 def mark_failed(path: Path, reason: str) -> None:
     """Record the failure in the result file too, if one was left behind."""
     try:

@@ -1,11 +1,6 @@
-"""The sweep directory's bookkeeping: which points exist and what became of each.
-
-SWEEP_DIR/manifest.json     this file (rewritten atomically after every change)
-SWEEP_DIR/spec.yaml         the spec as last submitted
-SWEEP_DIR/points/<id>.json  run files (the worker's argument)
-SWEEP_DIR/logs/<id>.log     launcher output of every attempt, appended
-SWEEP_DIR/<id>.h5           results
-"""
+"""The sweep directory's bookkeeping: which points exist and what became of each
+(SWEEP_DIR/manifest.json, rewritten atomically after every change; the directory's other
+files are named in layout.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +14,7 @@ from pathlib import Path
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.layout import SweepDir
 
 PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done", "failed"
 STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED)
@@ -45,11 +41,11 @@ class Entry:
     ended: str = ""
 
     def __post_init__(self) -> None:
-        self.log = self.log or f"logs/{self.id}.log"
+        self.log = self.log or SweepDir.log_name(self.id)
 
     @property
     def result(self) -> str:
-        return f"{self.id}.h5"
+        return SweepDir.result_name(self.id)
 
 
 @dataclass
@@ -59,7 +55,7 @@ class Manifest:
     executor: str
     entries: dict[str, Entry] = field(default_factory=dict)
 
-    FILE = "manifest.json"
+    FILE = SweepDir.MANIFEST
 
     @classmethod
     def load(cls, directory: Path) -> Manifest:

@@ -14,7 +14,7 @@ from typing import Any
 
 from hpcbench.spec import Options, Point
 from hpcbench.sweepdir.atomic import write_text_atomic
-from hpcbench.sweepdir.paths import inside
+from hpcbench.sweepdir.layout import SweepDir
 
 
 @dataclass(frozen=True)
@@ -25,16 +25,8 @@ class RunFile:
     options: Options
     profile: dict[str, Any] = field(default_factory=dict)  # the site profile, as recorded
 
-    @staticmethod
-    def path_for(sweep_dir: Path, point_id: str) -> Path:
-        return inside(sweep_dir, f"points/{point_id}.json")
-
-    @staticmethod
-    def result_for(sweep_dir: Path, point_id: str) -> Path:
-        return inside(sweep_dir, f"{point_id}.h5")
-
     def write(self, sweep_dir: Path) -> Path:
-        path = self.path_for(sweep_dir, self.point.id)
+        path = SweepDir(sweep_dir).run_file(self.point.id)
         data = {
             "point": self.point.as_dict(),
             "sweep": self.sweep,

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.manifest import Manifest
 from hpcbench.sweepdir.paths import inside
-from hpcbench.sweepdir.runfile import RunFile
 from tests.conftest import run_module, spec_text
 
 
@@ -36,7 +36,7 @@ def test_symlinks_that_leave_are_refused(tmp_path: Path) -> None:
         inside(sweep, "logs/a.log")
     (sweep / "0123456789ab.h5").symlink_to(elsewhere / "precious.h5")  # dangling: would be created there
     with pytest.raises(HpcbenchError, match="leads out of the sweep directory"):
-        RunFile.result_for(sweep, "0123456789ab")
+        SweepDir(sweep).result("0123456789ab")
 
 
 def test_manifest_with_a_path_in_a_point_id_is_refused(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.store.status import mark_failed, result_status
 from hpcbench.sweepdir import manifest as mf
+from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.paths import inside
 
 # what submitit raises in the job when the time limit's warning signal arrives
@@ -168,7 +169,7 @@ class SlurmExecutor(Executor):
     def _submission_dir(self) -> Path:
         # A fresh folder per submission: Slurm job ids restart after a controller reset, and a
         # reused <job id> folder would hand back an old job's results.
-        root = inside(self.manifest.directory, "slurm")
+        root = SweepDir(self.manifest.directory).executor_dir(self.name)
         n = 1
         while (root / f"submission-{n:03d}").exists():
             n += 1
@@ -180,7 +181,7 @@ class SlurmExecutor(Executor):
         check_path(self.manifest.directory)
         self.manifest.directory.mkdir(parents=True, exist_ok=True)
         defaults = self._defaults(profile)
-        folder = self.manifest.directory / "slurm" / "dry-run"
+        folder = SweepDir(self.manifest.directory).executor_dir(self.name) / "dry-run"
         written = []
         for i, (params, items) in enumerate(groups(launches, self.manifest.name, defaults, profile), start=1):
             path = inside(self.manifest.directory, f"job-{i:03d}.sbatch")

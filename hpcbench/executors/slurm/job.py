@@ -16,6 +16,7 @@ from hpcbench import worker
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan import launch as plan
 from hpcbench.plan import profiles
+from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.runfile import RunFile
 
 RENDEZVOUS_PORT_BASE = 20000
@@ -51,7 +52,8 @@ def run_launcher(run_file: str, env: dict[str, str]) -> None:
     hosts = job_hosts()
     job_id = int(os.environ.get("SLURM_JOB_ID", "0") or 0)
     rendezvous = f"{node_address(hosts[0]) if hosts else '127.0.0.1'}:{RENDEZVOUS_PORT_BASE + job_id % 20000}"
-    ctx = plan.context(run.point, path.parent.parent, profile, local=False, rendezvous=rendezvous, hosts=hosts)
+    sweep_dir = SweepDir.of_run_file(path).root
+    ctx = plan.context(run.point, sweep_dir, profile, local=False, rendezvous=rendezvous, hosts=hosts)
     launch = plan.launch(run.point, ctx, profile)
     print("+ " + " ".join(launch.argv), flush=True)
     rc = subprocess.run(launch.argv, env={**os.environ, **launch.env}, check=False).returncode
