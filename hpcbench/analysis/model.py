@@ -5,8 +5,7 @@ rank, the gradient size and backward time of every layer (or bucket), the α–�
 network and the number of ranks; the output is the predicted iteration and its parts.
 
 Layers are numbered 1..L from the input; backward runs L -> 1, so layer L's gradients are
-ready first. `layers[0]` is layer 1. Definitions: see the project's MODELS.md and README
-("Report and performance model").
+ready first. `layers[0]` is layer 1. Definitions: docs/metrics-and-model.md.
 """
 
 from __future__ import annotations
@@ -141,7 +140,7 @@ class WfbpSchedule:
 
 
 def wfbp(tb: Sequence[float], tc: Sequence[float]) -> WfbpSchedule:
-    """The MODELS.md recurrence, layers 1..L at indices 0..L−1:
+    """The wait-free back-propagation recurrence (docs/metrics-and-model.md), layers 1..L at indices 0..L−1:
 
     τb[L] = 0; τb[l] = τb[l+1] + tb[l+1]
     τc[L] = τb[L] + tb[L]; τc[l] = max(τc[l+1] + tc[l+1], τb[l] + tb[l])

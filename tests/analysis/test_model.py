@@ -1,4 +1,4 @@
-"""The performance model and the α–β fits against numbers worked out by hand from MODELS.md."""
+"""The performance model and the α–β fits against numbers worked out by hand (docs/metrics-and-model.md)."""
 
 from __future__ import annotations
 

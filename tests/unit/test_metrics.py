@@ -1,4 +1,4 @@
-"""hpcbench.analysis.metrics against numbers worked out by hand from MODELS.md.
+"""hpcbench.analysis.metrics against numbers worked out by hand from the definitions in docs/metrics-and-model.md.
 
 The arrays are built by hand: 3 ranks x 5 iterations, iteration 0 a warm-up (flagged on
 rank 0 only: a column is warm-up if any rank says so) with absurd times that must not
