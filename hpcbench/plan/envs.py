@@ -1,9 +1,11 @@
 """Named Python environments that points run in (the spec's `env` field).
 
 Each framework stack has its own environment, built by `envs/build.sh NAME` from the
-pinned `envs/NAME.txt` into `ENVS_DIR/NAME` (default: `.envs/` at the repository root,
-`HPCBENCH_ENVS_DIR` to move it): `modern` (PyTorch + TensorFlow + Horovod) and `legacy`
-(MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter. A point without
+pinned `envs/NAME.txt` into `ENVS_DIR/NAME`: `modern` (PyTorch + TensorFlow + Horovod) and
+`legacy` (MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter. ENVS_DIR
+is `$HPCBENCH_ENVS_DIR`; else `.envs/` of the source checkout hpcbench runs from (where
+envs/build.sh puts them); else, for an installed package, the user's data directory
+(`$XDG_DATA_HOME/hpcbench/envs`, default `~/.local/share/hpcbench/envs`). A point without
 `env` runs in the interpreter that runs the sweep.
 """
 
@@ -23,7 +25,12 @@ NAMES = ("modern", "legacy")
 
 
 def envs_dir() -> Path:
-    return Path(os.environ.get("HPCBENCH_ENVS_DIR") or ROOT / ".envs")
+    if os.environ.get("HPCBENCH_ENVS_DIR"):
+        return Path(os.environ["HPCBENCH_ENVS_DIR"])
+    if (ROOT / "envs" / "build.sh").is_file():  # running from a source checkout
+        return ROOT / ".envs"
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "hpcbench" / "envs"
 
 
 def python(name: str | None) -> Path:
