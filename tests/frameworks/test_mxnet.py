@@ -175,7 +175,7 @@ def test_a_kvstore_that_would_train_locally_is_refused() -> None:
     exe = env_python("legacy", "mxnet")
     code = """
 import mxnet as mx
-from hpcbench.frameworks.mxnet.adapter import KVStoreError, create_kvstore
+from hpcbench.frameworks.mxnet.kvstore import KVStoreError, create_kvstore
 # What is guarded against: MXNet 1.9 hands out a store for 'horovod' (or any unknown name)
 # without an error, and it is local: one worker, nothing exchanged.
 kv = mx.kv.create("horovod")

@@ -15,7 +15,7 @@ compute nor takes a compute thread. Its cost, measured on the 2-core development
 callback, which takes the GIL on an engine thread; an elementwise MXNet operation costs
 30 µs there. A C callback would save the second part, but needs a compiled helper.
 
-Only `mxnet.py` imports this module, lazily: it needs mxnet.
+Only `exchange.py` imports this module (the adapter imports that one lazily): it needs mxnet.
 """
 
 from __future__ import annotations

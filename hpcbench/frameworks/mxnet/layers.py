@@ -1,15 +1,15 @@
 """Gluon networks (HybridBlocks, NCHW) built from the framework-neutral trees of `hpcbench.workloads.zoo`.
 
 Every layer is given its input size (`in_channels`, `in_units`), so parameters have their
-shapes at once (no deferred initialisation) and the builder follows `models.output_shape`
+shapes at once (no deferred initialisation) and the builder follows `zoo.output_shape`
 step by step. Conventions of `hpcbench.workloads.zoo`: pools round down (Gluon's default
 `ceil_mode=False`, i.e. `pooling_convention='valid'`), average pools count padded zeros
 (`count_include_pad=True`), and BatchNorm's momentum is converted from PyTorch's convention
 (weight of the batch) to MXNet's (weight of the running value). Trainable parameters
 (`grad_req != 'null'`: BatchNorm's gamma and beta, not its running mean and variance)
-equal `models.count_parameters`.
+equal `zoo.count_parameters`.
 
-Only `mxnet.py` imports this module, lazily: it needs mxnet.
+Only the adapter imports this module, lazily (in `build`): it needs mxnet.
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def _pair(v: tuple[int, int]) -> tuple[int, int]:
 
 
 def _layer(layer: zoo.Layer, shape: zoo.Shape) -> gluon.HybridBlock:
+    if isinstance(layer, zoo.Concat | zoo.Residual):
+        return _composite(layer, shape)
     if isinstance(layer, zoo.Conv):
         return nn.Conv2D(
             layer.out,
@@ -66,15 +68,18 @@ def _layer(layer: zoo.Layer, shape: zoo.Shape) -> gluon.HybridBlock:
         return nn.Activation(layer.kind)  # "relu" | "sigmoid": the same names in MXNet
     if isinstance(layer, zoo.Dropout):
         return nn.Dropout(layer.rate)
+    raise TypeError(f"no Gluon layer for {layer!r}")
+
+
+def _composite(layer: zoo.Concat | zoo.Residual, shape: zoo.Shape) -> gluon.HybridBlock:
+    """A layer made of sequences applied to the same input: branches concatenated, or a residual block."""
     if isinstance(layer, zoo.Concat):
         concat = HybridConcurrent(axis=1)
         for branch in layer.branches:
             concat.add(sequential(branch, shape))
         return concat
-    if isinstance(layer, zoo.Residual):
-        shortcut = sequential(layer.shortcut, shape) if layer.shortcut else None
-        return Residual(sequential(layer.body, shape), shortcut)
-    raise TypeError(f"no Gluon layer for {layer!r}")
+    shortcut = sequential(layer.shortcut, shape) if layer.shortcut else None
+    return Residual(sequential(layer.body, shape), shortcut)
 
 
 def sequential(layers: Sequence[zoo.Layer], shape: zoo.Shape) -> nn.HybridSequential:

@@ -9,7 +9,7 @@ the number of pushes the servers have taken in; a worker that pulls it learns ho
 updates happened since its previous pull (its staleness), and after a barrier it must be
 workers × iterations.
 
-Only `mxnet.py` imports this module, lazily: it needs mxnet.
+Only `exchange.py` imports this module, lazily: it needs mxnet.
 """
 
 from __future__ import annotations
