@@ -158,7 +158,10 @@ class Roles:
 
 
 def _hpcbench_root() -> str:
-    return str(Path(__file__).resolve().parent.parent.parent)
+    """The folder that holds the `hpcbench` package (wherever this module sits in it)."""
+    import hpcbench
+
+    return str(Path(hpcbench.__file__).resolve().parent.parent)
 
 
 def init_timeout_s() -> float:
