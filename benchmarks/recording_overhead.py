@@ -57,7 +57,7 @@ def comm_event_cost_ns(n: int = 100_000) -> float:
     return (time.perf_counter_ns() - t0) / n
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="lenet")
     ap.add_argument("--batch", type=int, default=32)
@@ -69,16 +69,15 @@ def main() -> None:
     ap.add_argument(
         "--record", choices=("all", "phases"), default="all", help="phases: phase marks only (no messages, no sampler)"
     )
-    args = ap.parse_args()
+    return ap.parse_args()
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+
+Times = dict[str, list[tuple[float, float]]]  # arm -> (wall, main-thread CPU) seconds of each block
+
+
+def measure(args: argparse.Namespace, fw: TorchFramework, point: Point) -> Times:
+    """Blocks of iterations alternating between the arms (full tracing, nothing recorded)."""
     cuda = args.device == "cuda"
-    backend = "nccl" if cuda else "gloo"
-    point = Point(model=args.model, batch_size=args.batch, threads=1, device=args.device, backend=backend)
-    fw = TorchFramework()
-    fw.setup(point, rankenv.detect({}), None)
-    fw.build(point)
-
     offset = clock_offset_ns()
     n_on = args.blocks * args.block
     with tempfile.TemporaryDirectory() as tmp:
@@ -116,7 +115,7 @@ def main() -> None:
 
         for _ in range(3):  # warm-up, both arms
             block(off)
-        times: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+        times: Times = {"on": [], "off": []}
         for i in range(args.blocks):
             arms = ("on", "off") if i % 2 == 0 else ("off", "on")
             for arm in arms:
@@ -124,8 +123,10 @@ def main() -> None:
         sampler.stop()
         flush()
         writer.close(schema.STATUS_COMPLETE)
-    fw.teardown()
+    return times
 
+
+def report(args: argparse.Namespace, times: Times) -> None:
     shape = f"{args.blocks} blocks x {args.block} iterations per arm"
     print(f"model {args.model}, batch {args.batch}, {args.device}, recording {args.record}, {shape}")
     for i, clock in enumerate(("wall time", "main-thread CPU time")):
@@ -140,6 +141,19 @@ def main() -> None:
     print(
         f"one phase mark: {mark_cost_ns():.0f} ns; one communication event (begin + end): {comm_event_cost_ns():.0f} ns"
     )
+
+
+def main() -> None:
+    args = parse_args()
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    point = Point(model=args.model, batch_size=args.batch, threads=1, device=args.device, backend=backend)
+    fw = TorchFramework()
+    fw.setup(point, rankenv.single(), None)
+    fw.build(point)
+    times = measure(args, fw, point)
+    fw.teardown()
+    report(args, times)
 
 
 if __name__ == "__main__":
