@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.fit import fit_ring_link
-from hpcbench.analysis.model import LinkCost
 from hpcbench.errors import HpcbenchError
 from hpcbench.store import commfile
 

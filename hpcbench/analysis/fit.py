@@ -17,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.model import Layer, LinkCost, MessageCost, ModelError
+from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError
+from hpcbench.analysis.model import Layer
 
 
 @dataclass(frozen=True)

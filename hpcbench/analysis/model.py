@@ -6,6 +6,7 @@ network and the number of ranks; the output is the predicted iteration and its p
 
 Layers are numbered 1..L from the input; backward runs L -> 1, so layer L's gradients are
 ready first. `layers[0]` is layer 1. Definitions: docs/metrics-and-model.md.
+The collective costs it uses are in collectives.py.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hpcbench.errors import HpcbenchError
-
-
-class ModelError(HpcbenchError):
-    """Inputs the model cannot use (negative times, no ranks)."""
+from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError, check_ranks, ring_message_cost
 
 
 @dataclass(frozen=True)
@@ -37,92 +34,6 @@ class Layer:
 
     grad_bytes: float
     backward_s: float
-
-
-@dataclass(frozen=True)
-class LinkCost:
-    """Point-to-point cost of the network: α s per message, β s per byte, γ s per byte reduced."""
-
-    alpha: float
-    beta: float
-    gamma: float = 0.0
-
-
-@dataclass(frozen=True)
-class MessageCost:
-    """tc(M) = alpha + beta * M for one collective at one rank count."""
-
-    alpha: float
-    beta: float
-
-    def time(self, n_bytes: float) -> float:
-        return self.alpha + self.beta * n_bytes
-
-
-# --------------------------------------------------------------------------------------
-# Collective costs (α latency, β s/byte, γ reduction s/byte, n bytes, p ranks)
-
-
-def _check_p(p: int) -> None:
-    if p < 1:
-        raise ModelError(f"number of ranks must be >= 1, got {p}")
-
-
-def ring_allreduce(n: float, p: int, link: LinkCost) -> float:
-    """2(p−1)α + 2n(p−1)/p·β + n(p−1)/p·γ."""
-    _check_p(p)
-    return 2 * (p - 1) * link.alpha + 2 * n * (p - 1) / p * link.beta + n * (p - 1) / p * link.gamma
-
-
-def rabenseifner_allreduce(n: float, p: int, link: LinkCost) -> float:
-    """2 lg p·α + 2n(p−1)/p·β + n(p−1)/p·γ (p a power of two)."""
-    _check_p(p)
-    if p & (p - 1):
-        raise ModelError(f"Rabenseifner's all-reduce needs a power of two ranks, got {p}")
-    lg = math.log2(p)
-    return 2 * lg * link.alpha + 2 * n * (p - 1) / p * link.beta + n * (p - 1) / p * link.gamma
-
-
-def recursive_doubling_allreduce(n: float, p: int, link: LinkCost) -> float:
-    """lg p·α + n lg p·β + n lg p·γ."""
-    _check_p(p)
-    lg = math.log2(p)
-    return lg * link.alpha + n * lg * link.beta + n * lg * link.gamma
-
-
-def ring_allgather(n: float, p: int, link: LinkCost) -> float:
-    """(p−1)α + n(p−1)/p·β."""
-    _check_p(p)
-    return (p - 1) * link.alpha + n * (p - 1) / p * link.beta
-
-
-def binomial_broadcast(n: float, p: int, link: LinkCost) -> float:
-    """lg p·α + n lg p·β."""
-    _check_p(p)
-    lg = math.log2(p)
-    return lg * link.alpha + n * lg * link.beta
-
-
-def ring_message_cost(p: int, link: LinkCost) -> MessageCost:
-    """The ring all-reduce of p ranks as tc(M) = α_p + β_p·M."""
-    _check_p(p)
-    return MessageCost(2 * (p - 1) * link.alpha, 2 * (p - 1) / p * link.beta + (p - 1) / p * link.gamma)
-
-
-def ring_link(cost: MessageCost, p: int) -> LinkCost:
-    """The link α, β that make a ring all-reduce of p ranks cost `cost` (γ folded into β)."""
-    if p < 2:
-        raise ModelError(f"a link cost needs messages between >= 2 ranks, got {p}")
-    return LinkCost(cost.alpha / (2 * (p - 1)), cost.beta * p / (2 * (p - 1)))
-
-
-def fused_cost(messages: Sequence[float], cost: MessageCost, threshold: float) -> tuple[float, float]:
-    """(unfused, fused) time of messages m_i: Σ(α + β m_i) vs ⌈Σm/F⌉·α + β·Σm (Horovod tensor fusion,
-    copies and cycle wait left out)."""
-    total = float(sum(messages))
-    unfused = sum(cost.time(m) for m in messages)
-    fused = math.ceil(total / threshold) * cost.alpha + cost.beta * total if total else 0.0
-    return unfused, fused
 
 
 # --------------------------------------------------------------------------------------
@@ -192,7 +103,7 @@ class IterationPrediction:
 
 
 def _check_inputs(phases: PhaseTimes, layers: Sequence[Layer], ranks: int, batch_size: int) -> None:
-    _check_p(ranks)
+    check_ranks(ranks)
     if batch_size < 1:
         raise ModelError(f"batch size must be >= 1, got {batch_size}")
     for name in ("data", "h2d", "forward", "update"):
@@ -259,3 +170,18 @@ def predict_iteration(
 def efficiency(prediction: IterationPrediction, single: IterationPrediction) -> float:
     """E(N) = X(N) / (N·X(1)) of a prediction against the one-rank one."""
     return prediction.throughput / (prediction.ranks * single.throughput)
+
+
+__all__ = [
+    "IterationPrediction",
+    "Layer",
+    "LinkCost",
+    "MessageCost",
+    "ModelError",
+    "PhaseTimes",
+    "WfbpSchedule",
+    "efficiency",
+    "message_times",
+    "predict_iteration",
+    "wfbp",
+]

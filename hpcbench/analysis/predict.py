@@ -26,15 +26,8 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import fit, metrics
-from hpcbench.analysis.model import (
-    IterationPrediction,
-    Layer,
-    LinkCost,
-    ModelError,
-    PhaseTimes,
-    predict_iteration,
-    ring_link,
-)
+from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
+from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.store.reader import PointData
 
 PREDICTION_COLUMNS = [

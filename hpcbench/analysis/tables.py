@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import accuracy, metrics, predict, resources, stats
-from hpcbench.analysis.model import LinkCost
+from hpcbench.analysis.collectives import LinkCost
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point

@@ -20,8 +20,8 @@ from typing import TextIO
 import pandas as pd
 
 from hpcbench.analysis import metrics, tables, trace_export
+from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.metric_table import Format, metric
-from hpcbench.analysis.model import LinkCost
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.store.reader import read_point

@@ -11,7 +11,7 @@ import h5py
 import pytest
 
 from hpcbench.analysis import calibration
-from hpcbench.analysis.model import ring_allreduce
+from hpcbench.analysis.collectives import ring_allreduce
 from hpcbench.errors import HpcbenchError
 from hpcbench.testing.mpi import MPI_ENV, run_mpi
 from tests.conftest import ROOT, run_module

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hpcbench.analysis import fit, model
+from hpcbench.analysis import collectives, fit, model
 from hpcbench.analysis.model import Layer, LinkCost, ModelError, PhaseTimes
 from hpcbench.errors import HpcbenchError
 from hpcbench.store import commfile
@@ -53,29 +53,29 @@ def test_collective_costs() -> None:
     link = LinkCost(alpha=1e-5, beta=1e-9, gamma=2e-10)
     n = 1e6
     # 2(p−1)α + 2n(p−1)/p·β + n(p−1)/p·γ with p = 4: 6e-5 + 1.5e-3 + 1.5e-4
-    assert model.ring_allreduce(n, 4, link) == pytest.approx(1.71e-3)
+    assert collectives.ring_allreduce(n, 4, link) == pytest.approx(1.71e-3)
     # 2 lg p·α + ...: 4e-5 + 1.5e-3 + 1.5e-4
-    assert model.rabenseifner_allreduce(n, 4, link) == pytest.approx(1.69e-3)
+    assert collectives.rabenseifner_allreduce(n, 4, link) == pytest.approx(1.69e-3)
     # lg p·α + n lg p·β + n lg p·γ: 2e-5 + 2e-3 + 4e-4
-    assert model.recursive_doubling_allreduce(n, 4, link) == pytest.approx(2.42e-3)
+    assert collectives.recursive_doubling_allreduce(n, 4, link) == pytest.approx(2.42e-3)
     # (p−1)α + n(p−1)/p·β: 3e-5 + 7.5e-4
-    assert model.ring_allgather(n, 4, link) == pytest.approx(7.8e-4)
+    assert collectives.ring_allgather(n, 4, link) == pytest.approx(7.8e-4)
     # lg p·α + n lg p·β: 2e-5 + 2e-3
-    assert model.binomial_broadcast(n, 4, link) == pytest.approx(2.02e-3)
-    assert model.ring_allreduce(n, 1, link) == 0.0
+    assert collectives.binomial_broadcast(n, 4, link) == pytest.approx(2.02e-3)
+    assert collectives.ring_allreduce(n, 1, link) == 0.0
     with pytest.raises(ModelError, match="power of two"):
-        model.rabenseifner_allreduce(n, 6, link)
+        collectives.rabenseifner_allreduce(n, 6, link)
     with pytest.raises(ModelError, match=">= 1"):
-        model.ring_allreduce(n, 0, link)
+        collectives.ring_allreduce(n, 0, link)
 
 
 def test_ring_message_cost_and_link_round_trip() -> None:
     link = LinkCost(3e-6, 2e-10)
-    cost = model.ring_message_cost(8, link)
+    cost = collectives.ring_message_cost(8, link)
     assert cost.alpha == pytest.approx(2 * 7 * 3e-6)
     assert cost.beta == pytest.approx(2 * 7 / 8 * 2e-10)
-    assert cost.time(1e6) == pytest.approx(model.ring_allreduce(1e6, 8, link))
-    back = model.ring_link(cost, 8)
+    assert cost.time(1e6) == pytest.approx(collectives.ring_allreduce(1e6, 8, link))
+    back = collectives.ring_link(cost, 8)
     assert back.alpha == pytest.approx(link.alpha)
     assert back.beta == pytest.approx(link.beta)
 
@@ -92,7 +92,7 @@ def test_bus_bandwidth_as_nccl_tests_defines_it() -> None:
 
 def test_tensor_fusion_cost() -> None:
     cost = model.MessageCost(1e-4, 1e-9)
-    unfused, fused = model.fused_cost([1e6, 2e6, 3e6], cost, threshold=4e6)
+    unfused, fused = collectives.fused_cost([1e6, 2e6, 3e6], cost, threshold=4e6)
     assert unfused == pytest.approx(3 * 1e-4 + 6e6 * 1e-9)
     assert fused == pytest.approx(2 * 1e-4 + 6e6 * 1e-9)  # ⌈6e6 / 4e6⌉ = 2 messages' latency
 
@@ -103,7 +103,7 @@ def _layers_for(tc: list[float], cost: model.MessageCost) -> list[Layer]:
 
 def test_predict_iteration_with_and_without_overlap() -> None:
     link = LinkCost(alpha=1e-5, beta=1e-9)
-    cost = model.ring_message_cost(4, link)
+    cost = collectives.ring_message_cost(4, link)
     layers = _layers_for(TC, cost)  # gradient sizes whose ring all-reduce over 4 ranks takes TC
     phases = PhaseTimes(data=0.05, h2d=0.02, forward=0.4, update=0.1)
     wfbp = model.predict_iteration(phases, layers, link, ranks=4, batch_size=32)
@@ -188,7 +188,7 @@ def test_fit_ring_link_over_several_rank_counts() -> None:
         for m in (1e4, 1e5, 1e6):
             ranks.append(p)
             sizes.append(m)
-            times.append(model.ring_allreduce(m, p, link))
+            times.append(collectives.ring_allreduce(m, p, link))
     got = fit.fit_ring_link(ranks, sizes, times)
     assert got.alpha == pytest.approx(link.alpha)
     assert got.beta == pytest.approx(link.beta)
