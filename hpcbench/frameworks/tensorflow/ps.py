@@ -50,17 +50,21 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.tensorflow.cluster import cluster_hosts
+from hpcbench.frameworks.tensorflow.stamps import Messages, stamp_after, stamped_gradients
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 
 SERVER_MODULE = "hpcbench.frameworks.tensorflow.ps_server"
+PS0 = "/job:ps/replica:0/task:0/device:CPU:0"  # the server holding the version counter
 START_TIMEOUT_S = 120.0
 CONTAINER = "hpcbench"
 _PR_SET_PDEATHSIG = 1
@@ -99,10 +103,13 @@ def spread(sizes: list[int], servers: int) -> list[int]:
 
 
 class ParameterServers:
+    """The `ps` backend on one worker: starts this rank's servers and connects to all of
+    them (`__init__`, at setup), puts the model's variables on them (`attach`, at build),
+    then pushes and pulls every step (`step`) and ends its servers (`close`)."""
+
     def __init__(self, comm: Comm, renv: RankEnv, servers: int, sync: bool, threads: int) -> None:
         import tensorflow as tf
 
-        from hpcbench.frameworks.tensorflow.adapter import cluster_hosts
         from hpcbench.rank.net import free_port
 
         self.comm = comm
@@ -157,128 +164,20 @@ class ParameterServers:
         """Put `model`'s trainable variables on the servers and compile the step's functions."""
         import tensorflow as tf
 
-        from hpcbench.frameworks.tensorflow.adapter import Messages
-
         variables = list(model.trainable_variables)
         self.variables = variables
         sizes = [int(np.prod(v.shape)) for v in variables]
-        where = spread(sizes, self.servers)
-        devices = [f"/job:ps/replica:0/task:{k}/device:CPU:0" for k in where]
-        tag = f"{point.id}"
-
-        def handle(name: str, shape: Any, device: str, dtype: Any = tf.float32) -> Any:
-            with tf.device(device):
-                return tf.raw_ops.VarHandleOp(
-                    dtype=dtype, shape=shape, container=CONTAINER, shared_name=f"{tag}/{name}"
-                )
-
-        optimizer = point.optimizer
-        slots = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v")}[optimizer]
         names = [v.path for v in variables]
-        self.handles = [handle(n, v.shape, d) for n, v, d in zip(names, variables, devices, strict=True)]
-        placed = list(zip(names, variables, devices, strict=True))
-        self.slots = [[handle(f"{n}/{s}", v.shape, d) for s in slots] for n, v, d in placed]
-        self.accumulators = [handle(f"{n}/sum", v.shape, d) for n, v, d in placed] if self.sync else []
-        ps0 = "/job:ps/replica:0/task:0/device:CPU:0"
-        self.counter = handle("version", [], ps0, tf.int64)
+        shared = SharedVariables.create(variables, names, spread(sizes, self.servers), point, self.sync)
+        self.shared = shared
         if self.rank == 0:  # rank 0's initial weights become the servers'
-            for i, v in enumerate(variables):
-                with tf.device(devices[i]):
-                    tf.raw_ops.AssignVariableOp(resource=self.handles[i], value=v.value)
-                    for h in (*self.slots[i], *(self.accumulators[i : i + 1] if self.sync else ())):
-                        tf.raw_ops.AssignVariableOp(resource=h, value=tf.zeros(v.shape))
-            with tf.device(ps0):
-                tf.raw_ops.AssignVariableOp(resource=self.counter, value=tf.constant(0, tf.int64))
+            shared.initialise(variables)
         self.comm.barrier()  # the servers hold the initial weights
 
-        lr = float(point.lr)
-        n_workers = float(self.size)
-        order = list(range(len(variables)))[::-1]  # the last layer's gradient is ready first
-        local = self.local
-        handles, slot_handles, accumulators, counter = self.handles, self.slots, self.accumulators, self.counter
-
-        def apply(i: int, grad: Any, version: Any) -> Any:
-            """The optimizer's kernel on server `where[i]`, updating variable i with `grad`."""
-            var, s = handles[i], slot_handles[i]
-            if optimizer == "sgd":
-                return tf.raw_ops.ResourceApplyGradientDescent(var=var, alpha=lr, delta=grad)
-            if optimizer == "momentum":
-                return tf.raw_ops.ResourceApplyKerasMomentum(var=var, accum=s[0], lr=lr, grad=grad, momentum=0.9)
-            t = tf.cast(version, tf.float32)
-            return tf.raw_ops.ResourceApplyAdam(
-                var=var, m=s[0], v=s[1], beta1_power=tf.pow(0.9, t), beta2_power=tf.pow(0.999, t), lr=lr,
-                beta1=0.9, beta2=0.999, epsilon=1e-7, grad=grad,
-            )  # fmt: skip
-
-        sync = self.sync
-
-        def push(x: Any, y: Any) -> tuple[Any, Any, Any]:
-            with tf.device(local):
-                with tf.GradientTape() as tape:
-                    loss = loss_fn(x, y, model(x, training=True))
-                with tf.control_dependencies([loss]):
-                    t_forward = tf.timestamp()
-                with tf.control_dependencies([t_forward]):  # backward starts after the stamp
-                    seed = tf.ones_like(loss)
-                grads = tape.gradient(loss, variables, output_gradients=seed)
-                with tf.control_dependencies(grads):
-                    t_backward = tf.timestamp()
-            version = tf.constant(0, tf.int64)
-            if not sync:
-                with tf.device(ps0):  # one applied push more
-                    tf.raw_ops.AssignAddVariableOp(resource=counter, value=tf.constant(1, tf.int64))
-                    version = tf.raw_ops.ReadVariableOp(resource=counter, dtype=tf.int64)
-            begins: list[Any] = [None] * len(order)
-            ends: list[Any] = [None] * len(order)
-            for i in order:
-                with tf.device(local):
-                    with tf.control_dependencies([grads[i]]):
-                        t0 = tf.timestamp()
-                    with tf.control_dependencies([t0]):
-                        grad = tf.identity(grads[i])
-                with tf.device(devices[i]):
-                    if sync:
-                        done = tf.raw_ops.AssignAddVariableOp(resource=accumulators[i], value=grad / n_workers)
-                    else:
-                        done = apply(i, grad, version)
-                with tf.device(local), tf.control_dependencies([done]):
-                    t1 = tf.timestamp()
-                begins[i], ends[i] = t0, t1
-            return loss, tf.stack([t_forward, t_backward, *begins, *ends]), version
-
-        def apply_sum() -> None:
-            """Synchronous mode, rank 0: one optimizer step with the accumulated mean gradient."""
-            with tf.device(ps0):
-                tf.raw_ops.AssignAddVariableOp(resource=counter, value=tf.constant(1, tf.int64))
-                version = tf.raw_ops.ReadVariableOp(resource=counter, dtype=tf.int64)
-            for i in range(len(variables)):
-                with tf.device(devices[i]):
-                    total = tf.raw_ops.ReadVariableOp(resource=accumulators[i], dtype=tf.float32)
-                    applied = apply(i, total, version)
-                    with tf.control_dependencies([applied]):
-                        tf.raw_ops.AssignVariableOp(resource=accumulators[i], value=tf.zeros_like(total))
-
-        def pull() -> tuple[Any, Any]:
-            with tf.device(ps0):
-                version = tf.raw_ops.ReadVariableOp(resource=counter, dtype=tf.int64)
-            begins, ends = [], []
-            for i, v in enumerate(variables):
-                with tf.device(local):
-                    t0 = tf.timestamp()
-                with tf.device(devices[i]), tf.control_dependencies([t0]):
-                    value = tf.raw_ops.ReadVariableOp(resource=handles[i], dtype=tf.float32)
-                with tf.device(local):
-                    value = tf.ensure_shape(tf.identity(value), v.shape)  # arrived on this worker
-                    with tf.control_dependencies([value]):
-                        t1 = tf.timestamp()
-                    v.assign(value)
-                begins.append(t0)
-                ends.append(t1)
-            return tf.stack([*begins, *ends]), version
-
+        push = _push_function(model, loss_fn, variables, shared, self.local, self.sync, float(self.size))
         self._push = tf.function(push, input_signature=[x_spec, y_spec])
-        self._apply_sum = tf.function(apply_sum)
-        self._pull = tf.function(pull)
+        self._apply_sum = tf.function(shared.apply_sum)
+        self._pull = tf.function(_pull_function(variables, shared, self.local))
         n = len(variables)
         nbytes = [4 * s for s in sizes]
         self.messages = Messages(op=["push"] * n + ["pull"] * n, name=names * 2, nbytes=nbytes * 2)
@@ -319,8 +218,8 @@ class ParameterServers:
             if self.rank == 0:
                 import tensorflow as tf
 
-                with tf.device("/job:ps/replica:0/task:0/device:CPU:0"):
-                    version = int(tf.raw_ops.ReadVariableOp(resource=self.counter, dtype=tf.int64).numpy())
+                with tf.device(PS0):
+                    version = int(tf.raw_ops.ReadVariableOp(resource=self.shared.counter, dtype=tf.int64).numpy())
                 kind = "optimizer steps" if self.sync else "pushes"
                 print(f"hpcbench.tensorflow.ps: server version {version} ({kind} applied)", flush=True)
             if not self.sync and self._steps:
@@ -339,3 +238,151 @@ class ParameterServers:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+class SharedVariables:
+    """The variables on the servers, by handle: each model variable, its optimizer slots and
+    (synchronous mode) its gradient accumulator on the server `spread` gave it; the version
+    counter on server 0. They live in the servers' resource managers under fixed shared
+    names (`CONTAINER`, the point's id), so every worker's handle names the same variable."""
+
+    def __init__(self, devices: list[str], optimizer: str, lr: float) -> None:
+        self.devices = devices
+        self.optimizer = optimizer
+        self.lr = lr
+        self.handles: list[Any] = []
+        self.slots: list[list[Any]] = []
+        self.accumulators: list[Any] = []
+        self.counter: Any = None
+
+    @classmethod
+    def create(
+        cls, variables: list[Any], names: list[str], where: list[int], point: Point, sync: bool
+    ) -> SharedVariables:
+        import tensorflow as tf
+
+        devices = [f"/job:ps/replica:0/task:{k}/device:CPU:0" for k in where]
+        shared = cls(devices, point.optimizer, float(point.lr))
+        tag = f"{point.id}"
+
+        def handle(name: str, shape: Any, device: str, dtype: Any = tf.float32) -> Any:
+            with tf.device(device):
+                return tf.raw_ops.VarHandleOp(
+                    dtype=dtype, shape=shape, container=CONTAINER, shared_name=f"{tag}/{name}"
+                )
+
+        slots = {"sgd": (), "momentum": ("momentum",), "adam": ("m", "v")}[point.optimizer]
+        shared.handles = [handle(n, v.shape, d) for n, v, d in zip(names, variables, devices, strict=True)]
+        placed = list(zip(names, variables, devices, strict=True))
+        shared.slots = [[handle(f"{n}/{s}", v.shape, d) for s in slots] for n, v, d in placed]
+        shared.accumulators = [handle(f"{n}/sum", v.shape, d) for n, v, d in placed] if sync else []
+        shared.counter = handle("version", [], PS0, tf.int64)
+        return shared
+
+    def initialise(self, variables: list[Any]) -> None:
+        """Rank 0: the servers' variables take this worker's values; slots, sums, counter: zeros."""
+        import tensorflow as tf
+
+        for i, v in enumerate(variables):
+            with tf.device(self.devices[i]):
+                tf.raw_ops.AssignVariableOp(resource=self.handles[i], value=v.value)
+                for h in (*self.slots[i], *self.accumulators[i : i + 1]):
+                    tf.raw_ops.AssignVariableOp(resource=h, value=tf.zeros(v.shape))
+        with tf.device(PS0):
+            tf.raw_ops.AssignVariableOp(resource=self.counter, value=tf.constant(0, tf.int64))
+
+    def apply(self, i: int, grad: Any, version: Any) -> Any:
+        """Graph code: the optimizer's kernel on variable i's server, updating it with `grad`."""
+        import tensorflow as tf
+
+        var, s, lr = self.handles[i], self.slots[i], self.lr
+        if self.optimizer == "sgd":
+            return tf.raw_ops.ResourceApplyGradientDescent(var=var, alpha=lr, delta=grad)
+        if self.optimizer == "momentum":
+            return tf.raw_ops.ResourceApplyKerasMomentum(var=var, accum=s[0], lr=lr, grad=grad, momentum=0.9)
+        t = tf.cast(version, tf.float32)
+        return tf.raw_ops.ResourceApplyAdam(
+            var=var, m=s[0], v=s[1], beta1_power=tf.pow(0.9, t), beta2_power=tf.pow(0.999, t), lr=lr,
+            beta1=0.9, beta2=0.999, epsilon=1e-7, grad=grad,
+        )  # fmt: skip
+
+    def next_version(self) -> Any:
+        """Graph code: one update more on the counter; its new value."""
+        import tensorflow as tf
+
+        with tf.device(PS0):
+            tf.raw_ops.AssignAddVariableOp(resource=self.counter, value=tf.constant(1, tf.int64))
+            return tf.raw_ops.ReadVariableOp(resource=self.counter, dtype=tf.int64)
+
+    def apply_sum(self) -> None:
+        """Graph code, synchronous mode, rank 0: one optimizer step with the accumulated mean gradient."""
+        import tensorflow as tf
+
+        version = self.next_version()
+        for i in range(len(self.handles)):
+            with tf.device(self.devices[i]):
+                total = tf.raw_ops.ReadVariableOp(resource=self.accumulators[i], dtype=tf.float32)
+                applied = self.apply(i, total, version)
+                with tf.control_dependencies([applied]):
+                    tf.raw_ops.AssignVariableOp(resource=self.accumulators[i], value=tf.zeros_like(total))
+
+
+def _push_function(
+    model: Any, loss_fn: Any, variables: list[Any], shared: SharedVariables, local: str, sync: bool, n_workers: float
+) -> Callable[[Any, Any], tuple[Any, Any, Any]]:
+    """Graph code of a worker's push: forward and backward on its copy, then each gradient to
+    its server (applied there, or added to its accumulator in synchronous mode).
+    Returns (loss, stamps, the counter's value after this push: asynchronous mode)."""
+    import tensorflow as tf
+
+    order = list(range(len(variables)))[::-1]  # the last layer's gradient is ready first
+
+    def push(x: Any, y: Any) -> tuple[Any, Any, Any]:
+        with tf.device(local):
+            loss, t_forward, grads, t_backward = stamped_gradients(model, loss_fn, variables, x, y)
+        version = tf.constant(0, tf.int64)
+        if not sync:
+            version = shared.next_version()  # one applied push more
+        begins: list[Any] = [None] * len(order)
+        ends: list[Any] = [None] * len(order)
+        for i in order:
+            with tf.device(local):
+                t0 = stamp_after([grads[i]])
+                with tf.control_dependencies([t0]):
+                    grad = tf.identity(grads[i])
+            with tf.device(shared.devices[i]):
+                if sync:
+                    done = tf.raw_ops.AssignAddVariableOp(resource=shared.accumulators[i], value=grad / n_workers)
+                else:
+                    done = shared.apply(i, grad, version)
+            with tf.device(local):
+                t1 = stamp_after([done])
+            begins[i], ends[i] = t0, t1
+        return loss, tf.stack([t_forward, t_backward, *begins, *ends]), version
+
+    return push
+
+
+def _pull_function(variables: list[Any], shared: SharedVariables, local: str) -> Callable[[], tuple[Any, Any]]:
+    """Graph code of a worker's pull: every variable from its server into the local copy.
+    Returns (stamps, the counter's value at the pull)."""
+    import tensorflow as tf
+
+    def pull() -> tuple[Any, Any]:
+        with tf.device(PS0):
+            version = tf.raw_ops.ReadVariableOp(resource=shared.counter, dtype=tf.int64)
+        begins, ends = [], []
+        for i, v in enumerate(variables):
+            with tf.device(local):
+                t0 = tf.timestamp()
+            with tf.device(shared.devices[i]), tf.control_dependencies([t0]):
+                value = tf.raw_ops.ReadVariableOp(resource=shared.handles[i], dtype=tf.float32)
+            with tf.device(local):
+                value = tf.ensure_shape(tf.identity(value), v.shape)  # arrived on this worker
+                t1 = stamp_after([value])
+                v.assign(value)
+            begins.append(t0)
+            ends.append(t1)
+        return tf.stack([*begins, *ends]), version
+
+    return pull
