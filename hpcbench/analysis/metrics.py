@@ -40,8 +40,8 @@ def t_iter(iterations: np.ndarray) -> float:
 
 
 def throughput(n_ranks: int, batch_size: int, t_iteration: float) -> float:
-    """Samples per second, N * b / t_iter."""
-    return n_ranks * batch_size / t_iteration
+    """Samples per second, N * b / t_iter (NaN when t_iter is not a positive time)."""
+    return n_ranks * batch_size / t_iteration if t_iteration > 0 else float("nan")
 
 
 def compute_time(iterations: np.ndarray) -> np.ndarray:
@@ -54,7 +54,8 @@ def load_imbalance(iterations: np.ndarray) -> tuple[float, float]:
     """(LIF, excess): means over timed iterations of max_r c / mean_r c and (max_r c - mean_r c) / mean_r c."""
     c = compute_time(iterations)
     mean = c.mean(axis=0)
-    ratio = c.max(axis=0) / mean
+    with np.errstate(divide="ignore", invalid="ignore"):  # no compute at all: NaN, not a warning
+        ratio = c.max(axis=0) / mean
     return float(ratio.mean()), float((ratio - 1.0).mean())
 
 
@@ -93,13 +94,13 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, 
         "throughput": throughput(n_ranks, point.batch_size, t),
         "lif": lif,
         "lif_excess": excess,
-        "cv": float(steps.std() / steps.mean()) if steps.size > 1 else float("nan"),
+        "cv": float(steps.std() / steps.mean()) if steps.size > 1 and steps.mean() > 0 else float("nan"),
         "step_mean_s": float(steps.mean()) if steps.size else float("nan"),
         "step_min_s": float(steps.min()) if steps.size else float("nan"),
         "step_max_s": float(steps.max()) if steps.size else float("nan"),
     }
     row.update({f"{name}_s": value for name, value in phases.items()})
-    row["comm_share"] = phases["comm_total"] / t
+    row["comm_share"] = phases["comm_total"] / t if t > 0 else float("nan")  # NaN t: NaN share too
     row["overlap"] = 1.0 - phases["comm"] / phases["comm_total"] if phases["comm_total"] > 0 else float("nan")
     return row
 

@@ -12,8 +12,15 @@ size) and seed. Its calibration:
   the points with the smallest rank count >= 2 (tc(M) = α_p + β_p·M fitted, then turned
   into the link cost of a ring all-reduce of p ranks, which gives tc at any other N).
 
+- CPU contention (contention.py): compute follows the cores each rank really has, from the
+  placement recorded in the point file (ranks per host, threads, cores); the thread exponent
+  φ from two calibration points with different threads; on CPU the collectives' per-hop
+  costs grow with oversubscription too (a CPU-driven ring waits for peers to be scheduled),
+  so the link is fitted per unit of oversubscription.
+
 Every point is then predicted with and without wait-free back-propagation and compared with
-its measured t_iter; calibration points are marked (their error is in-sample).
+its measured t_iter; calibration points are marked (their error is in-sample). How well the
+model predicts scales it was not fitted on is validate.py's (leave one scale out).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import pandas as pd
 
 from hpcbench.analysis import fit, metrics
 from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
+from hpcbench.analysis.contention import Placement, compute_scale, fit_phi, placement_of
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.store.reader import PointData
 
@@ -34,8 +42,10 @@ PREDICTION_COLUMNS = [
     "point", "framework", "backend", "model", "ranks", "batch_size", "seed", "calibration",
     "measured_t_iter_s", "predicted_t_iter_s", "rel_error", "predicted_no_overlap_s", "rel_error_no_overlap",
     "measured_throughput", "predicted_throughput", "measured_efficiency", "predicted_efficiency",
-    "pred_comm_total_s", "pred_comm_exposed_s", "alpha_s", "beta_s_per_byte", "comm_source", "note",
+    "pred_comm_total_s", "pred_comm_exposed_s", "alpha_s", "beta_s_per_byte", "comm_source",
+    "oversubscribed", "compute_scale", "note",
 ]  # fmt: skip
+COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")
 
 
 @dataclass
@@ -47,9 +57,13 @@ class Calibration:
     phases: PhaseTimes
     layers: list[Layer]
     overhead: float
-    link: LinkCost | None
+    link: LinkCost | None  # per unit of oversubscription when `cpu`
     comm_source: str
     calibration_points: set[str] = field(default_factory=set)
+    placement: Placement = field(default_factory=lambda: Placement(1, 1, 0))  # where the phases were measured
+    phi: float = 0.0  # thread exponent (contention.py)
+    phi_source: str = "not measured: threads assumed not to help"
+    cpu: bool = True  # CPU-driven collectives: their cost grows with oversubscription
 
 
 def _timed_mask(iterations: np.ndarray) -> np.ndarray:
@@ -80,8 +94,11 @@ def _messages(p: PointData, cache: Messages) -> np.ndarray:
     return cache[p.point_id]
 
 
-def fit_link_from_points(points: Sequence[PointData], cache: Messages | None = None) -> tuple[LinkCost, str]:
-    """The ring link α, β from the gradient messages of points with the same rank count."""
+def fit_link_from_points(
+    points: Sequence[PointData], cache: Messages | None = None, cpu: bool = False
+) -> tuple[LinkCost, str]:
+    """The ring link α, β from the gradient messages of points with the same rank count (with
+    `cpu`, divided by their oversubscription: the link of ranks that each have their cores)."""
     sizes, times, ranks = [], [], []
     for p in points:
         selected = _messages(p, {} if cache is None else cache)
@@ -95,7 +112,41 @@ def fit_link_from_points(points: Sequence[PointData], cache: Messages | None = N
         raise ModelError(f"messages of different rank counts {sorted(set(ranks))} fitted as one")
     result = fit.fit_alpha_beta(np.concatenate(sizes), np.concatenate(times))
     names = " ".join(p.point_id for p in points)
-    return ring_link(result.cost, ranks[0]), f"messages of {names} (N={ranks[0]}, {result.n} messages)"
+    link = ring_link(result.cost, ranks[0])
+    oversub = max(placement_of(p).oversubscription for p in points) if cpu else 1.0
+    if oversub > 1:
+        link = LinkCost(link.alpha / oversub, link.beta / oversub, link.gamma / oversub)
+    note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
+    return link, f"messages of {names} (N={ranks[0]}, {result.n} messages{note})"
+
+
+def _compute_s(stats: pd.DataFrame, p: PointData) -> float:
+    row = stats.loc[p.point_id]
+    return sum(float(row[f"{name}_s"]) for name in COMPUTE_PHASES) / p.point.batch_size
+
+
+def _thread_exponent(order: Sequence[PointData], stats: pd.DataFrame) -> tuple[float, str, str | None]:
+    """φ from the base point and the smallest point with other threads; its source and that point."""
+    base = order[0]
+    a = placement_of(base)
+    for p in order[1:]:
+        b = placement_of(p)
+        phi = fit_phi(a, b, _compute_s(stats, base), _compute_s(stats, p))
+        if phi is not None:
+            return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
+    return 0.0, "not measured (no calibration points with other threads): threads assumed not to help", None
+
+
+def _spread(layers: Sequence[Layer], backward: float) -> list[Layer]:
+    """The measured backward time over the layers: in proportion to their measured backward,
+    or, where none was measured, to their bytes (every layer kept)."""
+    total = sum(layer.backward_s for layer in layers)
+    if total > 0:
+        return _scaled(layers, backward / total)
+    size = sum(layer.grad_bytes for layer in layers)
+    if size > 0:
+        return [Layer(layer.grad_bytes, backward * layer.grad_bytes / size) for layer in layers]
+    return [Layer(layer.grad_bytes, backward / len(layers)) for layer in layers]
 
 
 def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> Calibration:
@@ -113,29 +164,40 @@ def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
     if with_messages:
         source = with_messages[0]
         timed = _timed_mask(source.iterations)
-        layers = fit.layers_from_trace(source.iterations, _messages(source, cache), timed, None)
-        total = sum(layer.backward_s for layer in layers)
-        layers = _scaled(layers, backward / total) if total > 0 else [Layer(layers[-1].grad_bytes, backward)]
+        layers = _spread(fit.layers_from_trace(source.iterations, _messages(source, cache), timed, None), backward)
     else:
         layers = [Layer(0.0, backward)]
+    cpu = base.point.device == "cpu"
     comm_source = "commbench" if link is not None else ""
     if link is None:
         multi = [p for p in with_messages if p.iterations.shape[0] >= 2]
         if multi:
             smallest = min(p.iterations.shape[0] for p in multi)
             chosen = [p for p in multi if p.iterations.shape[0] == smallest]
-            link, comm_source = fit_link_from_points(chosen, cache)
+            link, comm_source = fit_link_from_points(chosen, cache, cpu)
             calibration |= {p.point_id for p in chosen}
         else:
             comm_source = "none: no messages recorded between >= 2 ranks, communication not modelled"
-    return Calibration(base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration)
+    phi, phi_source, phi_point = _thread_exponent(order, stats) if cpu else (0.0, "GPU: no CPU contention", None)
+    calibration |= {phi_point} if phi_point else set()
+    return Calibration(
+        base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
+        placement_of(base), phi, phi_source, cpu,
+    )  # fmt: skip
 
 
-def predict_point(cal: Calibration, ranks: int, batch_size: int, overlap: bool) -> IterationPrediction:
-    """The calibrated configuration at `ranks` ranks and `batch_size` per rank."""
-    s = batch_size / cal.batch_size
+def predict_point(
+    cal: Calibration, ranks: int, batch_size: int, overlap: bool, placement: Placement | None = None
+) -> IterationPrediction:
+    """The calibrated configuration at `ranks` ranks and `batch_size` per rank, its ranks
+    placed as `placement` (default: as the calibration point's)."""
+    where = placement or cal.placement
+    s = batch_size / cal.batch_size * (compute_scale(cal.placement, where, cal.phi) if cal.cpu else 1.0)
     phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
+    if cal.cpu and where.oversubscribed:
+        k = where.oversubscription
+        link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead
     )
@@ -160,8 +222,9 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
         for p in group:
             row = stats.loc[p.point_id]
             n, b = int(row["ranks"]), int(row["batch_size"])
-            wfbp = predict_point(cal, n, b, overlap=True)
-            serial = predict_point(cal, n, b, overlap=False)
+            where = placement_of(p)
+            wfbp = predict_point(cal, n, b, overlap=True, placement=where)
+            serial = predict_point(cal, n, b, overlap=False, placement=where)
             single = predict_point(cal, 1, b, overlap=True)
             measured = float(row["t_iter_s"])
             rows.append(
@@ -188,6 +251,8 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
                     "alpha_s": cal.link.alpha if cal.link else float("nan"),
                     "beta_s_per_byte": cal.link.beta if cal.link else float("nan"),
                     "comm_source": cal.comm_source,
+                    "oversubscribed": where.oversubscribed,
+                    "compute_scale": compute_scale(cal.placement, where, cal.phi) if cal.cpu else 1.0,
                     "note": "",
                 }
             )

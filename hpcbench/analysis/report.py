@@ -78,6 +78,17 @@ PREDICTION = [
     Column("predicted_efficiency", "predicted E", _pct),
     Column("alpha_s", "α (µs)", _num(2, 1e6)),
     Column("beta_s_per_byte", "β (ns/B)", _num(4, 1e9)),
+    Column("oversubscribed", "oversubscribed"),
+]
+HELD_OUT = [
+    *IDENT,
+    Column("oversubscribed", "oversubscribed"),
+    Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3)),
+    Column("predicted_t_iter_s", "predicted held out (ms)", _num(2, 1e3)),
+    Column("rel_error", "error", _pct),
+    Column("resid_compute_s", "miss: compute (ms)", _num(2, 1e3)),
+    Column("resid_exchange_s", "miss: exchange (ms)", _num(2, 1e3)),
+    Column("resid_other_s", "miss: no phase (ms)", _num(2, 1e3)),
 ]
 REPEATS = [
     Column("config", "configuration"), Column("framework", "framework"), Column("backend", "backend"),
@@ -146,6 +157,10 @@ def sections(analysis: Analysis) -> list[Section]:
         Section("Performance model: predicted beside measured", PREDICTION, analysis.predictions,
                 "Fitted on each configuration's smallest runs (calibration rows, in-sample) and predicted for the "
                 "others; error = (predicted − measured) / measured."),
+        Section("Performance model: each scale predicted without it (leave one scale out)", HELD_OUT,
+                analysis.held_out, "Configurations measured at 3 or more scales, calibrated without the held-out "
+                "scale. The miss (measured − predicted) split by phase: compute, time in the exchange after "
+                "backward, time in no phase."),
         Section("Repeats (seeds): mean and 95 % confidence interval", REPEATS, analysis.repeats),
     ]  # fmt: skip
     if has_accuracy:
@@ -177,6 +192,7 @@ def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
+        *(f'<p class="headline">{html.escape(line)}</p>' for line in analysis.headlines),
     ]
     if analysis.warnings or analysis.notes:
         out.append("<h2>Notes</h2><ul>")
@@ -200,6 +216,7 @@ def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str
 
 def render_markdown(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
     out = [f"# hpcbench report: {analysis.directory.name}", "", f"{len(analysis.stats)} points.", ""]
+    out += [f"**{_md_cell(line)}**\n" for line in analysis.headlines]
     for note in [*analysis.warnings, *analysis.notes]:
         out.append(f"- note: {_md_cell(note)}")
     missing = [name for name, data in images if data is None]
@@ -213,7 +230,7 @@ def render_markdown(analysis: Analysis, images: list[tuple[str, str | None]]) ->
     return "\n".join(out) + "\n"
 
 
-CSV_TABLES = ("points", "stats", "repeats", "predictions", "evaluations")
+CSV_TABLES = ("points", "stats", "repeats", "predictions", "held_out", "evaluations")
 
 
 def write_report(analysis: Analysis) -> list[Path]:

@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics, predict, resources, stats
+from hpcbench.analysis import accuracy, metrics, predict, resources, stats, validate
 from hpcbench.analysis.collectives import LinkCost
+from hpcbench.analysis.contention import placement_of
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
@@ -109,6 +110,7 @@ def stats_table(points: list[PointData], target_accuracy: float | None = None) -
         row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point), "seed": p.point.seed}
         row.update(resources.resource_row(p.resources))
         row.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
+        row["oversubscribed"] = placement_of(p).oversubscribed
         extra.append(row)
     return table.merge(pd.DataFrame(extra), on="point", how="left")
 
@@ -141,6 +143,8 @@ class Analysis:
     predictions: pd.DataFrame
     warnings: list[str]  # files skipped
     notes: list[str]  # pyperf-style notes on unstable numbers
+    held_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # the model's leave-one-scale-out errors
+    headlines: list[str] = field(default_factory=list)  # what a reader needs first, atop the report
 
     def samples(self) -> pd.DataFrame:
         return samples_table(self.data)
@@ -155,8 +159,11 @@ def analyse(directory: Path | str, target_accuracy: float | None = None, link: L
         raise HpcbenchError(f"target accuracy {target_accuracy} is not a fraction in (0, 1]")
     stats_frame = stats_table(sweep.points, target_accuracy)
     repeats = stats.repeats(stats_frame)
-    preds = predict.predictions(sweep.points, stats_frame.set_index("point"), link)
+    indexed = stats_frame.set_index("point")
+    preds = predict.predictions(sweep.points, indexed, link)
+    held = validate.held_out(sweep.points, indexed, link)
     notes = stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
+    headlines = [validate.headline(held), *_oversubscribed(preds)]
     return Analysis(
         sweep.directory,
         sweep.points,
@@ -167,4 +174,20 @@ def analyse(directory: Path | str, target_accuracy: float | None = None, link: L
         preds,
         sweep.warnings,
         notes,
+        held,
+        headlines,
     )
+
+
+def _oversubscribed(preds: pd.DataFrame) -> list[str]:
+    """A headline naming the points whose ranks had fewer cores than threads."""
+    if "oversubscribed" not in preds:
+        return []
+    over = preds[preds["oversubscribed"].fillna(False).astype(bool)]
+    if over.empty:
+        return []
+    names = ", ".join(f"{r.point} ({r.ranks} ranks)" for r in over.itertuples())
+    return [
+        f"Oversubscribed: {names} ran more threads than their host has cores; their compute and "
+        "collectives are slowed by time-sharing (modelled as max(1, ranks x threads / cores))."
+    ]

@@ -21,6 +21,7 @@ import pandas as pd
 
 from hpcbench.analysis import metrics, tables, trace_export
 from hpcbench.analysis.collectives import LinkCost
+from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError, one_line
@@ -55,6 +56,11 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     print(format_table(table), file=out)
     for note in metrics.warnings_for(table):
         print(f"note: {note}", file=out)
+    for p in sweep.points:
+        where = placement_of(p)
+        if where.oversubscribed:
+            print(f"note: point {p.point_id}: oversubscribed: {where.ranks_per_host} ranks x {where.threads} "
+                  f"threads on {where.cores} cores; compute and CPU collectives are time-shared", file=out)  # fmt: skip
     print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)
     return 0
 

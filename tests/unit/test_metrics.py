@@ -311,3 +311,12 @@ def test_variable_iteration_times_get_a_note() -> None:
 def test_warning_thresholds(timed: int, cv: float, n_notes: int) -> None:
     table = pd.DataFrame([_row("p", timed, cv)])
     assert len(metrics.warnings_for(table)) == n_notes
+
+
+def test_point_row_of_iterations_that_took_no_time_is_nan_not_an_error() -> None:
+    # A clock that did not advance (t_end == t_start) must give NaN metrics, as the model does.
+    its = np.zeros((2, 3), dtype=ITERATION_DTYPE)
+    row = metrics.point_row(Point(), "p", its)
+    assert row["t_iter_s"] == 0.0
+    assert math.isnan(float(row["comm_share"]))  # type: ignore[arg-type]
+    assert math.isnan(float(row["throughput"]))  # type: ignore[arg-type]

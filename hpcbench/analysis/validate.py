@@ -1,0 +1,108 @@
+"""How far to trust the model on this very sweep: leave one scale out.
+
+For every configuration measured at three or more scales (rank counts), the model is
+calibrated without the points of one scale and predicts them; each held-out error is
+(predicted − measured) / measured of t_iter. The miss is split by phase so that it explains
+itself: `resid_compute_s` (the compute phases grew or shrank otherwise than modelled),
+`resid_exchange_s` (the time in the exchange after backward), `resid_other_s` (time in no
+phase); the three add up to measured − predicted.
+
+The report opens with the median and largest |error| per framework × backend.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import cast
+
+import pandas as pd
+
+from hpcbench.analysis import metrics, predict
+from hpcbench.analysis.collectives import LinkCost, ModelError
+from hpcbench.analysis.contention import placement_of
+from hpcbench.analysis.model import IterationPrediction
+from hpcbench.store.reader import PointData
+
+MIN_SCALES = 3
+HELD_OUT_COLUMNS = [
+    "point", "framework", "backend", "model", "ranks", "batch_size", "oversubscribed",
+    "measured_t_iter_s", "predicted_t_iter_s", "rel_error",
+    "resid_compute_s", "resid_exchange_s", "resid_other_s", "note",
+]  # fmt: skip
+
+
+def _residuals(row: pd.Series, pred: IterationPrediction) -> dict[str, float]:
+    compute = sum(float(row[f"{p}_s"]) for p in predict.COMPUTE_PHASES)
+    exchange = float(row["comm_s"])
+    other = float(row["t_iter_s"]) - compute - exchange
+    pred_compute = pred.data + pred.h2d + pred.forward + pred.backward + pred.update
+    return {
+        "resid_compute_s": compute - pred_compute,
+        "resid_exchange_s": exchange - pred.comm_exposed,
+        "resid_other_s": other - pred.overhead,
+    }
+
+
+def _held_out_group(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for scale in sorted({p.iterations.shape[0] for p in group}):
+        train = [p for p in group if p.iterations.shape[0] != scale]
+        for p in (p for p in group if p.iterations.shape[0] == scale):
+            row = cast(pd.Series, stats.loc[p.point_id])
+            out: dict[str, object] = {
+                "point": p.point_id, "framework": p.point.framework, "backend": p.point.backend,
+                "model": p.point.model, "ranks": scale, "batch_size": p.point.batch_size,
+            }  # fmt: skip
+            where = placement_of(p)
+            out["oversubscribed"] = where.oversubscribed
+            try:
+                cal = predict.calibrate(train, stats, link)
+                pred = predict.predict_point(cal, scale, p.point.batch_size, overlap=True, placement=where)
+            except ModelError as exc:
+                rows.append({**out, "note": f"no prediction: {exc}"})
+                continue
+            measured = float(row["t_iter_s"])
+            error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
+            rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter,
+                         "rel_error": error, **_residuals(row, pred), "note": ""})  # fmt: skip
+    return rows
+
+
+def held_out(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None = None) -> pd.DataFrame:
+    """Every point of every configuration with >= 3 scales, predicted without its scale."""
+    groups: dict[str, list[PointData]] = {}
+    for p in points:
+        groups.setdefault(metrics.scaling_group(p.point), []).append(p)
+    rows: list[dict[str, object]] = []
+    for group in groups.values():
+        if len({p.iterations.shape[0] for p in group}) >= MIN_SCALES:
+            rows += _held_out_group(group, stats, link)
+    return pd.DataFrame(rows, columns=HELD_OUT_COLUMNS)
+
+
+def summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per framework × backend: points, median and largest |held-out error|."""
+    valid = table.dropna(subset=["rel_error"])
+    if valid.empty:
+        return pd.DataFrame(columns=["framework", "backend", "points", "median_abs_error", "max_abs_error"])
+    valid = valid.assign(abs_error=valid["rel_error"].abs())
+    grouped = valid.groupby(["framework", "backend"], sort=True)["abs_error"]
+    out = grouped.agg(points="size", median_abs_error="median", max_abs_error="max").reset_index()
+    return out
+
+
+def headline(table: pd.DataFrame) -> str:
+    """The report's first line about the model."""
+    s = summary(table)
+    if s.empty:
+        return (
+            "Model held-out error: not measured (no configuration at 3 or more scales; leave-one-scale-out needs them)."
+        )
+    parts = [
+        f"{r.framework}/{r.backend} median {r.median_abs_error:.0%}, max {r.max_abs_error:.0%} ({r.points} points)"
+        for r in s.itertuples()
+    ]
+    oversub = int(table["oversubscribed"].fillna(False).astype(bool).sum())
+    tail = f"; oversubscribed (more threads than cores) held-out points: {oversub}" if oversub else ""
+    return "Model held-out error (leave one scale out): " + "; ".join(parts) + tail + "."
