@@ -1,0 +1,172 @@
+"""The model on the mission's axis, against numbers worked out by hand: collectives on nodes ×
+ranks per node, how backends group gradients into messages, CPU contention, tensor costs,
+and leave-one-scale-out on a sweep that follows the model exactly."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from hpcbench.analysis import collectives as co
+from hpcbench.analysis import exchange as ex
+from hpcbench.analysis import model, tables, validate
+from hpcbench.analysis.contention import Placement, compute_scale, fit_phi
+from hpcbench.spec import Point
+from hpcbench.testing.fabricate import write_point_file
+from hpcbench.workloads import zoo
+from hpcbench.workloads.costs import backward_order, tensor_costs
+from tests.analysis.helpers import iterations
+
+INTRA = co.LinkCost(alpha=1e-6, beta=1e-10)  # 10 GB/s, 1 µs
+INTER = co.LinkCost(alpha=2e-5, beta=1e-9)  # 1 GB/s, 20 µs
+N = 8e6  # bytes
+
+
+def test_nodes_times_ranks_per_node_is_not_a_flat_count() -> None:
+    wide = co.Topology(8, 1, INTRA, INTER)
+    deep = co.Topology(2, 4, INTRA, INTER)
+    one_node = co.Topology(1, 8, INTRA, INTER)
+    # flat ring: 2(p−1)α + 2n(p−1)/p·β with the slowest hop's α, β
+    assert co.allreduce(N, wide) == pytest.approx(14 * 2e-5 + 2 * N * 7 / 8 * 1e-9)
+    assert co.allreduce(N, deep) == pytest.approx(co.allreduce(N, wide))  # same slowest hop, same p
+    assert co.allreduce(N, one_node) == pytest.approx(14 * 1e-6 + 2 * N * 7 / 8 * 1e-10)
+    # hierarchical: reduce-scatter in the node (k=4), ring of n/k over 2 nodes (4 flows on one NIC), all-gather
+    rs = 3 * 1e-6 + N * 3 / 4 * 1e-10
+    across = 2 * 1 * 2e-5 + 2 * (N / 4) * 1 / 2 * (1e-9 * 4)
+    assert co.allreduce(N, deep, "hierarchical") == pytest.approx(rs + across + rs)
+    assert co.allreduce(N, deep, "hierarchical") != pytest.approx(co.allreduce(N, wide, "hierarchical"))
+    two_nics = co.Topology(2, 4, INTRA, INTER, nics_per_node=2)
+    assert co.allreduce(N, two_nics, "hierarchical") < co.allreduce(N, deep, "hierarchical")
+    assert co.allreduce(N, co.Topology(1, 1, INTRA, INTER)) == 0.0
+
+
+def test_other_algorithms_and_bad_input() -> None:
+    topo = co.Topology(4, 1, INTRA, INTER)
+    assert co.allreduce(N, topo, "tree") == pytest.approx(2 * (2e-5 + N * 1e-9))
+    assert co.allreduce(N, topo, "rabenseifner") == pytest.approx(4 * 2e-5 + 2 * N * 3 / 4 * 1e-9)
+    with pytest.raises(co.ModelError, match="unknown all-reduce algorithm 'star'"):
+        co.allreduce(N, topo, "star")
+    with pytest.raises(co.ModelError, match="power of two"):
+        co.allreduce(N, co.Topology(3, 1, INTRA, INTER), "rabenseifner")
+    with pytest.raises(co.ModelError, match="0 nodes"):
+        co.Topology(0, 1, INTRA, INTER)
+
+
+def test_links_from_rate_and_from_published_fits() -> None:
+    link = co.link_from_rate(10.0, 5.0)  # 10 Gbit/s = 1.25 GB/s
+    assert link.beta == pytest.approx(8e-10)
+    assert link.alpha == pytest.approx(5e-6)
+    # a per-P fit t(n) = α_p + β_p·n at p = 8 gives back the ring it came from
+    fit = co.ring_message_cost(8, link)
+    back = co.link_from_collective_fit(8, fit.alpha, fit.beta)
+    assert back.alpha == pytest.approx(link.alpha)
+    assert back.beta == pytest.approx(link.beta)
+    with pytest.raises(co.ModelError, match="bandwidth"):
+        co.link_from_rate(0.0, 1.0)
+
+
+def test_parameter_server_push_and_pull() -> None:
+    link = co.LinkCost(1e-4, 1e-9)
+    # synchronous: every worker's n bytes both ways through S servers' links: 2α + 2·W·n/S·β
+    assert co.parameter_server(N, 4, 2, link) == pytest.approx(2e-4 + 2 * 4 * N / 2 * 1e-9)
+    assert co.parameter_server(N, 4, 2, link, sync=False) == pytest.approx(2e-4 + 2 * N / 2 * 1e-9)
+
+
+TENSORS = [model.Layer(b, t) for b, t in ((3e6, 0.001), (2e6, 0.002), (30e6, 0.003), (0.5e6, 0.001))]
+# backward order: 0.5 MB ready at 1 ms, 30 MB at 4 ms, 2 MB at 6 ms, 3 MB at 7 ms
+
+
+def cost(n: float) -> float:
+    return 1e-4 + n * 1e-10
+
+
+def test_per_tensor_exchange_is_the_wait_free_recurrence() -> None:
+    s = ex.schedule(TENSORS, cost, ex.PER_TENSOR)
+    tb = [layer.backward_s for layer in TENSORS]
+    tc = [cost(layer.grad_bytes) for layer in TENSORS]
+    assert s.exposed == pytest.approx(model.wfbp(tb, tc).non_overlapped)
+    assert len(s.messages) == 4
+
+
+def test_ddp_buckets_fill_in_backward_order_with_a_small_first_one() -> None:
+    s = ex.schedule(TENSORS, cost, ex.Exchange(fusion_bytes=25e6, first_bucket_bytes=1e6))
+    # first bucket: 0.5 MB (30 MB would pass 1 MB); then 30 MB alone (already >= 25 MB); then 2 + 3 MB
+    assert [m.grad_bytes for m in s.messages] == [0.5e6, 30e6, 5e6]
+    assert [m.ready for m in s.messages] == pytest.approx([0.001, 0.004, 0.007])
+    assert s.messages[-1].end == pytest.approx(max(0.004 + cost(30e6), 0.007) + cost(5e6))
+
+
+def test_horovod_fuses_what_is_ready_each_cycle() -> None:
+    s = ex.schedule(TENSORS, cost, ex.Exchange(fusion_bytes=64e6, cycle_s=0.005))
+    # cycles at 5 ms and 10 ms: 0.5 MB + 30 MB ready by 5 ms go together; 2 MB and 3 MB by 10 ms
+    assert [m.grad_bytes for m in s.messages] == [30.5e6, 5e6]
+    assert [m.start for m in s.messages] == pytest.approx([0.005, 0.010])
+    assert s.exposed == pytest.approx(0.010 + cost(5e6) - 0.007)
+    one = ex.schedule(TENSORS, cost, ex.ONE_MESSAGE)
+    assert one.exposed == pytest.approx(cost(35.5e6))
+    serial = ex.schedule(TENSORS, cost, ex.Exchange(overlap=False))
+    assert serial.exposed == pytest.approx(sum(cost(layer.grad_bytes) for layer in TENSORS))
+
+
+def test_contention_follows_the_cores_each_rank_has() -> None:
+    one = Placement(ranks_per_host=1, threads=2, cores=2)
+    two = Placement(2, 1, 2)
+    four = Placement(4, 1, 2)
+    assert not two.oversubscribed and four.oversubscribed
+    assert four.oversubscription == 2.0
+    assert compute_scale(two, four, phi=0.5) == pytest.approx(2.0)  # same threads: time-sharing only
+    assert compute_scale(one, two, phi=0.5) == pytest.approx(2**0.5)  # half the threads
+    # φ back from two measured placements whose compute follows the law with φ = 0.6
+    assert fit_phi(one, two, 1.0, 2**0.6) == pytest.approx(0.6)
+    assert fit_phi(two, four, 1.0, 2.0) is None  # same threads: cannot tell
+    assert fit_phi(one, four, 1.0, 1.0) == 0.0  # faster than time-sharing allows: clipped
+
+
+def test_tensor_costs_add_up_to_the_zoo() -> None:
+    for name in zoo.NAMES:
+        m = zoo.model(name)
+        costs = tensor_costs(m)
+        assert sum(c.parameters for c in costs) == zoo.count_parameters(m)
+        assert backward_order(m)[0] == costs[-1]
+    # ResNet-50 v1.5: about 4.1 × 10^9 multiply-adds per 224×224 image
+    flops = sum(c.flops for c in tensor_costs(zoo.model("resnet50")))
+    assert 2 * 4.0e9 < flops < 2 * 4.2e9
+    lenet = tensor_costs(zoo.model("lenet"))
+    assert lenet[0].grad_bytes == 4 * lenet[0].parameters
+
+
+# --- leave one scale out on a sweep whose points follow the contention law exactly ------------
+FORWARD, BACKWARD, UPDATE = 0.010, 0.020, 0.002
+PHI = 0.5
+
+
+def contended_point(directory: Path, ranks: int) -> float:
+    """A 1-node point on a 2-core host, threads = cores // ranks (at least 1), compute scaled by
+    the contention law from the 1-rank point; no communication (the exchange is not the test)."""
+    threads = max(1, 2 // ranks)
+    scale = compute_scale(Placement(1, 2, 2), Placement(ranks, threads, 2), PHI)
+    it = iterations(ranks, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
+    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=ranks, batch_size=8)
+    provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": str(threads)}}
+    write_point_file(directory / f"{point.id}.h5", point, it, hostnames=["h"] * ranks, provenance=provenance)
+    return (FORWARD + BACKWARD + UPDATE) * scale
+
+
+def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path) -> None:
+    truth = {n: contended_point(tmp_path, n) for n in (1, 2, 4)}
+    analysis = tables.analyse(tmp_path)
+    held = analysis.held_out.set_index("ranks")
+    # 4 ranks held out: φ fitted on 1 and 2 ranks (2 and 1 threads), 2x oversubscription predicted
+    assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
+    assert bool(held.loc[4, "oversubscribed"])
+    assert held.loc[2, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
+    for n in (2, 4):
+        assert abs(float(held["resid_compute_s"][n])) < 1e-9
+    # the report's first line says how well the model did, the second which points were oversubscribed
+    assert analysis.headlines[0].startswith("Model held-out error (leave one scale out): torch/gloo median")
+    assert "Oversubscribed:" in analysis.headlines[1] and "(4 ranks)" in analysis.headlines[1]
+    summary = validate.summary(analysis.held_out)
+    assert summary["points"].tolist() == [3]
+    assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
