@@ -42,6 +42,7 @@ SUBCOMMANDS = (
     Subcommand("report", "HTML report, Markdown and CSV tables of a sweep", "analyze", ("report",)),
     Subcommand("trace", "Chrome-trace / Perfetto JSON of one point file", "analyze", ("trace",)),
     Subcommand("commbench", "all-reduce time and bandwidth over message sizes (run on every rank)", "commbench", ()),
+    Subcommand("predict", "predicted scaling from a YAML description or a measured sweep", "predict", ()),
 )
 
 
@@ -55,6 +56,10 @@ def _family(name: str) -> Callable[..., int]:
         from hpcbench.cli import analyze
 
         return analyze.main
+    if name == "predict":
+        from hpcbench.cli import predict
+
+        return predict.main
     from hpcbench.cli import commbench
 
     return commbench.main

@@ -16,45 +16,17 @@ from hpcbench.analysis import stats, tables
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import comm_rows, eval_rows, iterations, resource_rows
-
-MIB = 2**20
-BATCH = 8
-
-# ------------------------------------------------------------------------------------
-# A configuration that follows the model exactly: two layers, ring all-reduce over a link.
-ALPHA, BETA = 2e-4, 1e-8  # link α (s), β (s/byte)
-TB = (0.004, 0.006)  # backward of layer 1, layer 2
-BYTES = (4e5, 1e6)  # gradient bytes of layer 1, layer 2
-DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
-
-
-def hand_schedule(n: int) -> tuple[float, float, tuple[float, float]]:
-    """(exposed comm, total comm, (tc1, tc2)) at n ranks, worked out by hand for two layers."""
-    if n == 1:
-        return 0.0, 0.0, (0.0, 0.0)
-    a, b = 2 * (n - 1) * ALPHA, 2 * (n - 1) / n * BETA  # ring all-reduce: tc(M) = a + b·M
-    tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
-    tau_c1 = max(TB[1] + tc2, TB[1] + TB[0])  # τc[2] = τb[2] + tb[2] = tb[2]
-    exposed = tau_c1 + tc1 - (TB[1] + TB[0])
-    return exposed, tc1 + tc2, (tc1, tc2)
-
-
-def model_point(directory: Path, n: int) -> tuple[Point, float]:
-    exposed, total, (tc1, tc2) = hand_schedule(n)
-    it = iterations(n, 12, warmup=2, data=DATA, forward=FORWARD, backward=sum(TB), comm=exposed, update=UPDATE,
-                    comm_total=total, batch=BATCH)  # fmt: skip
-    rows = []
-    if n > 1:
-        for r in range(n):
-            for i in range(12):
-                start = it["t_start"][r, i] + DATA + FORWARD
-                rows.append((r, i, int(BYTES[1]), start + TB[1], start + TB[1] + tc2))  # layer 2 first
-                end = start + max(TB[1] + tc2, TB[1] + TB[0]) + tc1
-                rows.append((r, i, int(BYTES[0]), start + TB[1] + TB[0], end))
-    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=BATCH)
-    write_point_file(directory / f"{point.id}.h5", point, it, comm=comm_rows(rows) if rows else None)
-    return point, DATA + FORWARD + sum(TB) + exposed + UPDATE
+from tests.analysis.helpers import (
+    ALPHA,
+    BATCH,
+    BETA,
+    MIB,
+    eval_rows,
+    hand_schedule,
+    iterations,
+    model_point,
+    resource_rows,
+)
 
 
 @pytest.fixture(scope="module")

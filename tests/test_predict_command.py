@@ -1,0 +1,118 @@
+"""`hpcbench predict`: from a YAML description alone, and from a measured sweep, against
+numbers worked out by hand; bad input exits 2 naming the key."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcbench.analysis import forecast, forecast_spec
+from hpcbench.errors import SpecError
+from tests.analysis.helpers import ALPHA, BATCH, BETA, model_point
+from tests.conftest import run_module
+
+TWO_LAYERS = {
+    "layers": [[4e6, 0.010], [1e6, 0.020]],  # input side first: 1 MB ready first, then 4 MB
+    "batch_size": 32,
+    "single_rank": {"phases": {"forward": 0.015, "backward": 0.030, "update": 0.005}},
+    "ranks_per_node": 2,
+    "nodes": [1, 4],
+    "links": {
+        "intra": {"alpha_s": 1e-5, "beta_s_per_byte": 1e-10},
+        "inter": {"alpha_s": 1e-4, "beta_s_per_byte": 1e-9},
+    },
+    "exchange": {"overlap": True, "fusion_bytes": 0, "algorithm": "ring"},
+}
+
+
+def ring(n: float, p: int, alpha: float, beta: float) -> float:
+    return 2 * (p - 1) * alpha + 2 * n * (p - 1) / p * beta
+
+
+def test_a_yaml_alone_gives_the_hand_worked_table(tmp_path: Path) -> None:
+    spec = tmp_path / "two.yaml"
+    spec.write_text(yaml.safe_dump(TWO_LAYERS))
+    out = tmp_path / "two.csv"
+    res = run_module("hpcbench", "predict", str(spec), "--csv", str(out))
+    assert res.returncode == 0, res.stderr
+    rows = list(csv.DictReader(io.StringIO(out.read_text())))
+    assert list(rows[0])[:6] == ["nodes", "ranks", "t_iter_s", "throughput", "efficiency", "exposed_comm_s"]
+    one, four = rows
+    # 1 node x 2 ranks: intra link. The 1 MB gradient is ready at 20 ms, the 4 MB one at 30 ms.
+    c1, c4 = ring(1e6, 2, 1e-5, 1e-10), ring(4e6, 2, 1e-5, 1e-10)
+    exposed = max(0.020 + c1, 0.030) + c4 - 0.030
+    assert float(one["exposed_comm_s"]) == pytest.approx(exposed)
+    assert float(one["t_iter_s"]) == pytest.approx(0.015 + 0.030 + 0.005 + exposed)
+    # 4 nodes x 2 ranks: a flat ring of 8 over the network's α and β
+    c1, c4 = ring(1e6, 8, 1e-4, 1e-9), ring(4e6, 8, 1e-4, 1e-9)
+    exposed = max(0.020 + c1, 0.030) + c4 - 0.030
+    t = 0.050 + exposed
+    assert float(four["t_iter_s"]) == pytest.approx(t)
+    assert float(four["throughput"]) == pytest.approx(8 * 32 / t)
+    assert float(four["efficiency"]) == pytest.approx(0.050 / t)
+    assert float(four["t_iter_no_overlap_s"]) == pytest.approx(0.050 + c1 + c4)
+    assert "efficiency" in res.stdout and "no overlap" in res.stdout
+
+
+def test_published_fits_are_used_as_they_are() -> None:
+    raw = {**TWO_LAYERS, "nodes": [4], "links": {"inter": {"fits": {8: [1e-3, 2e-9]}}}}
+    raw["exchange"] = {"fusion_bytes": "all"}
+    table = forecast.forecast(forecast_spec.parse(yaml.safe_dump(raw)))
+    assert table["comm_total_s"].iloc[0] == pytest.approx(1e-3 + 2e-9 * 5e6)  # one message of all 5 MB
+    assert table["messages"].iloc[0] == 1
+
+
+def test_a_zoo_model_and_a_throughput_are_enough() -> None:
+    raw = {"model": "resnet50", "batch_size": 64, "single_rank": {"throughput": 256.0}, "nodes": [1],
+           "links": {"intra": {"bandwidth_gbps": 100, "latency_us": 5}}}  # fmt: skip
+    table = forecast.forecast(forecast_spec.parse(yaml.safe_dump(raw)))
+    assert table["t_iter_s"].iloc[0] == pytest.approx(64 / 256.0)  # one rank: no exchange
+    assert table["messages"].iloc[0] == 107  # ResNet-50's weighted layers, one message each
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "words"),
+    [
+        ({"bogus": 1}, "spec.bogus", ["unknown key"]),
+        ({"nodes": []}, "nodes", ["non-empty list"]),
+        ({"nodes": [0]}, "nodes[0]", ["positive integer"]),
+        ({"exchange": {"algorithm": "star"}}, "exchange.algorithm", ["'star'", "hierarchical"]),
+        ({"links": {"inter": {"bandwidth_gbps": -1}}}, "links.inter.bandwidth_gbps", ["> 0"]),
+        ({"links": {"inter": {"fits": {1: [0, 0]}}}}, "links.inter.fits.1", [">= 2"]),
+        ({"layers": [[1, 2, 3]]}, "layers[0]", ["[grad_bytes, backward_s]"]),
+        ({"model": "resnet50"}, "model", ["exactly one of model and layers"]),
+    ],
+)
+def test_bad_input_names_the_key(change: dict[str, object], path: str, words: list[str]) -> None:
+    with pytest.raises(SpecError) as info:
+        forecast_spec.parse(yaml.safe_dump({**TWO_LAYERS, **change}))
+    assert info.value.path == path
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump({**TWO_LAYERS, "exchange": {"algorithm": "star"}}))
+    res = run_module("hpcbench", "predict", str(spec), "--csv", str(tmp_path / "out.csv"))
+    assert res.returncode == 2
+    assert res.stderr.startswith("hpcbench predict: error: exchange.algorithm: 'star' is not known")
+    assert not (tmp_path / "out.csv").exists()
+
+
+def test_a_measured_sweep_at_its_own_scales_and_beyond(tmp_path: Path) -> None:
+    truth = {n: model_point(tmp_path, n)[1] for n in (1, 2, 4)}
+    table = forecast.extrapolate(tmp_path, [1, 2])
+    # the sweep's largest point has 4 ranks on one node, and its points follow the model exactly:
+    # 1 node is that point; 2 nodes are 8 ranks, a ring over the same fitted link
+    assert table["ranks"].tolist() == [4, 8]
+    one, two = table["t_iter_s"].tolist()
+    assert one == pytest.approx(truth[4], rel=1e-6)
+    a, b = 2 * 7 * ALPHA, 2 * 7 / 8 * BETA  # ring of 8: tc(M) = a + b·M
+    assert two > truth[4]
+    assert two - truth[4] < a * 2 + b * 1.4e6 + 1e-9  # never more than the larger messages' growth
+    assert table["batch_size"].iloc[0] == BATCH
