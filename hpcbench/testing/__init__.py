@@ -1,2 +1,3 @@
-"""Helpers shared by the tests and the benchmarks (not used by the product): fabricated point
-files with known contents (fabricate.py)."""
+"""Helpers shared by the tests and the benchmarks (never used by the product): fabricated point
+files with known contents (fabricate.py), real MPI ranks on this host (mpi.py), and small
+dataset files in the real formats (datasets.py)."""

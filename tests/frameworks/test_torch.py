@@ -11,9 +11,9 @@ import pytest
 
 from hpcbench.plan import envs
 from hpcbench.store.reader import PointData
+from hpcbench.testing.datasets import make_mnist
 from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text
-from tests.unit.test_data import make_mnist
 
 pytestmark = pytest.mark.mpi
 
