@@ -22,9 +22,7 @@ is not installed.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -36,14 +34,13 @@ from typing import Any
 from hpcbench.errors import HpcbenchError
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
-from hpcbench.rank.net import free_port
+from hpcbench.rank.net import die_with_parent, free_port
 from hpcbench.spec import Point
 
 KVSTORES = ("dist_sync", "dist_async")
 DEFAULT_SERVERS = 1
 INIT_TIMEOUT_S = 300.0  # HPCBENCH_INIT_TIMEOUT_S: the kvstore must be up by then
 ROLE_STOP_S = 20.0  # servers and scheduler leave by themselves once workers close the store
-_PR_SET_PDEATHSIG = 1
 
 
 class KVStoreError(HpcbenchError):
@@ -68,19 +65,6 @@ def create_kvstore(kind: str, workers: int) -> Any:
             "the workers would not exchange gradients (is DMLC_ROLE / DMLC_NUM_WORKER set?)"
         )
     return kv
-
-
-def _libc() -> Any:
-    return ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-_LIBC = _libc()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the rank that started it dies (even by SIGKILL)."""
-    if _LIBC is not None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _address_towards(peer: str) -> str:
@@ -109,7 +93,7 @@ class Roles:
         # (e.g. this very package, run from hpcbench/frameworks) shadows the real one.
         code = "import sys; sys.path[:] = [p for p in sys.path if p]; import mxnet"
         proc = subprocess.Popen(
-            [sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent
+            [sys.executable, "-c", code], env=env, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
         )
         self.procs.append((role, proc))
 

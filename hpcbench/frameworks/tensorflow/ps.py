@@ -43,9 +43,7 @@ the server / value arrived on the worker).
 
 from __future__ import annotations
 
-import ctypes
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -60,6 +58,7 @@ from hpcbench.frameworks.tensorflow.cluster import cluster_hosts
 from hpcbench.frameworks.tensorflow.stamps import Messages, stamp_after, stamped_gradients
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
+from hpcbench.rank.net import die_with_parent
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 
@@ -67,14 +66,6 @@ SERVER_MODULE = "hpcbench.frameworks.tensorflow.ps_server"
 PS0 = "/job:ps/replica:0/task:0/device:CPU:0"  # the server holding the version counter
 START_TIMEOUT_S = 120.0
 CONTAINER = "hpcbench"
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    """In the server process before exec: SIGTERM when the rank that started it dies."""
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], port: int, timeout_s: float) -> None:
@@ -132,7 +123,7 @@ class ParameterServers:
         self._procs: list[subprocess.Popen[bytes]] = []
         for k in mine:
             argv = [sys.executable, "-m", SERVER_MODULE, json.dumps(self.cluster), str(k), str(threads)]
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
             self._procs.append(proc)
         for k, proc in zip(mine, self._procs, strict=True):
             _wait_listening(proc, ports[self.rank][1][k], START_TIMEOUT_S)
