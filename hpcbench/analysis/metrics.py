@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis import exposure
 from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, point_warnings
 from hpcbench.spec import Point
 from hpcbench.store.schema import COMPUTE_PHASES, PHASES
@@ -71,8 +72,12 @@ def variation(iterations: np.ndarray) -> float:
     return float(times.std() / times.mean()) if times.size > 1 else float("nan")
 
 
-def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, object]:
-    """All per-point metrics of one point file."""
+Messages = np.ndarray | exposure.Exposure | None  # a point's messages, or their exposure measured already
+
+
+def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Messages = None) -> dict[str, object]:
+    """All per-point metrics of one point file; `comm`: its messages or their exposure (for the
+    union and exposed communication shares, else NaN)."""
     n_ranks = iterations.shape[0]
     steps = step_times(iterations)
     t = float(np.median(steps)) if steps.size else float("nan")
@@ -102,7 +107,18 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray) -> dict[str, 
     row.update({f"{name}_s": value for name, value in phases.items()})
     row["comm_share"] = phases["comm_total"] / t if t > 0 else float("nan")  # NaN t: NaN share too
     row["overlap"] = 1.0 - phases["comm"] / phases["comm_total"] if phases["comm_total"] > 0 else float("nan")
+    row.update(comm_shares(iterations, comm, t))
     return row
+
+
+def comm_shares(iterations: np.ndarray, comm: Messages, t: float) -> dict[str, float]:
+    """comm_union_share (time any message was in flight) and comm_exposed_share (in flight after
+    backward ended), means over ranks and timed iterations divided by t_iter (exposure.py)."""
+    nan = float("nan")
+    if comm is None or not t > 0:
+        return {"comm_union_share": nan, "comm_exposed_share": nan}
+    measured = comm if isinstance(comm, exposure.Exposure) else exposure.of(iterations, comm, buckets=False)
+    return {"comm_union_share": measured.union_s / t, "comm_exposed_share": measured.exposed_s / t}
 
 
 def scaling_group(point: Point) -> str:
@@ -147,16 +163,19 @@ def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
 SUMMARY_COLUMNS = [
     "point", "framework", "backend", "launcher", "model", "device", "nodes", "ranks_per_node", "ranks",
     "batch_size", "timed_iterations", "t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif",
-    "lif_excess", "cv", *(f"{p}_s" for p in PHASES), "comm_total_s", "comm_share", "overlap",
+    "lif_excess", "cv", *(f"{p}_s" for p in PHASES), "comm_total_s", "comm_share", "comm_union_share",
+    "comm_exposed_share", "overlap",
     "step_mean_s", "step_min_s", "step_max_s",
 ]  # fmt: skip
 
 
-def summary(points: Sequence[tuple[Point, str, np.ndarray]]) -> pd.DataFrame:
-    """One row per point, sorted by configuration then scale."""
+def summary(points: Sequence[tuple[Point, str, np.ndarray]], comms: Sequence[Messages] | None = None) -> pd.DataFrame:
+    """One row per point, sorted by configuration then scale; `comms`: each point's messages
+    (or their exposure)."""
     if not points:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    table = pd.DataFrame([point_row(p, pid, it) for p, pid, it in points])
+    messages: list[Messages] = list(comms) if comms is not None else [None] * len(points)
+    table = pd.DataFrame([point_row(p, pid, it, c) for (p, pid, it), c in zip(points, messages, strict=True)])
     table = add_scaling(table, [p for p, _, _ in points])
     order = ["framework", "backend", "launcher", "model", "device", "batch_size", "nodes", "ranks"]
     return table[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import figures
+from hpcbench.analysis import figures, straggler_report
 from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.tables import Analysis
 from hpcbench.sweepdir.atomic import write_text_atomic
@@ -38,7 +38,7 @@ IDENT = [Column("point", "point"), Column("framework", "framework"), Column("bac
 SCALING = [
     *IDENT,
     *(Column.of(key) for key in ("t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif", "lif_excess")),
-    *(Column.of(key) for key in ("comm_share", "overlap", "cv")),
+    *(Column.of(key) for key in ("comm_share", "comm_union_share", "comm_exposed_share", "overlap", "cv")),
 ]
 PHASE_TABLE = [
     *IDENT,
@@ -163,6 +163,9 @@ def sections(analysis: Analysis) -> list[Section]:
                 "backward, time in no phase."),
         Section("Repeats (seeds): mean and 95 % confidence interval", REPEATS, analysis.repeats),
     ]  # fmt: skip
+    # why it is slow: stragglers, what-if, hosts, buckets (straggler_report.py)
+    out += [Section(title, [Column(*c) for c in cols], table, about)
+            for title, cols, table, about in straggler_report.sections(analysis.slow)]  # fmt: skip
     if has_accuracy:
         out.insert(3, Section("Accuracy and time to accuracy", ACCURACY, stats))
     return out
@@ -179,6 +182,7 @@ def figure_list(analysis: Analysis) -> list[tuple[str, figures.FigureMaker]]:
         ("Resource use", lambda: figures.resources(s)),
         ("Predicted vs measured", lambda: figures.predicted_vs_measured(p)),
         ("Accuracy vs training time", lambda: figures.accuracy_vs_time(e, s)),
+        *straggler_report.figure_list(analysis.slow),  # why it is slow (straggler_report.py)
     ]
 
 
@@ -245,6 +249,7 @@ def write_report(analysis: Analysis) -> list[Path]:
         path = directory / f"{name}.csv"
         write_text_atomic(path, getattr(analysis, name).to_csv(index=False))
         written.append(path)
+    written += straggler_report.write_tables(analysis.slow, directory)  # stragglers, hosts, whatif, buckets
     md = directory / "report.md"
     write_text_atomic(md, render_markdown(analysis, images))
     page = directory / "report.html"

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics, predict, resources, stats, validate
+from hpcbench.analysis import accuracy, exposure, metrics, predict, resources, stats, stragglers, validate
 from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.contention import placement_of
+from hpcbench.analysis.exposure import Exposure
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
@@ -100,9 +101,14 @@ def points_table(points: list[PointData]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def stats_table(points: list[PointData], target_accuracy: float | None = None) -> pd.DataFrame:
-    """One row per point: metrics, resources and accuracy, with speedup and efficiency."""
-    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in points])
+def stats_table(
+    points: list[PointData], target_accuracy: float | None = None, exposures: dict[str, Exposure] | None = None
+) -> pd.DataFrame:
+    """One row per point: metrics, resources and accuracy, with speedup and efficiency;
+    `exposures`: each point's measured communication (exposure.py) by id, else measured here."""
+    known = exposures or {}
+    comms = [known.get(p.point_id, p.comm) for p in points]
+    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in points], comms)
     if table.empty:
         return table
     extra = []
@@ -145,6 +151,7 @@ class Analysis:
     notes: list[str]  # pyperf-style notes on unstable numbers
     held_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # the model's leave-one-scale-out errors
     headlines: list[str] = field(default_factory=list)  # what a reader needs first, atop the report
+    slow: stragglers.SweepStragglers = field(default_factory=stragglers.SweepStragglers)  # why it is slow
 
     def samples(self) -> pd.DataFrame:
         return samples_table(self.data)
@@ -157,13 +164,15 @@ def analyse(directory: Path | str, target_accuracy: float | None = None, link: L
         raise HpcbenchError(f"{sweep.directory}: no complete point files to analyse")
     if target_accuracy is not None and not 0 < target_accuracy <= 1:
         raise HpcbenchError(f"target accuracy {target_accuracy} is not a fraction in (0, 1]")
-    stats_frame = stats_table(sweep.points, target_accuracy)
+    exposures = {p.point_id: exposure.of(p.iterations, p.comm) for p in sweep.points}  # messages: one pass
+    stats_frame = stats_table(sweep.points, target_accuracy, exposures)
+    slow = stragglers.analyse(sweep.points, exposures)
     repeats = stats.repeats(stats_frame)
     indexed = stats_frame.set_index("point")
     preds = predict.predictions(sweep.points, indexed, link)
     held = validate.held_out(sweep.points, indexed, link)
     notes = stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
-    headlines = [validate.headline(held), *_oversubscribed(preds)]
+    headlines = [validate.headline(held), *_oversubscribed(preds), *([slow.headline] if slow.headline else [])]
     return Analysis(
         sweep.directory,
         sweep.points,
@@ -176,6 +185,7 @@ def analyse(directory: Path | str, target_accuracy: float | None = None, link: L
         notes,
         held,
         headlines,
+        slow,
     )
 
 

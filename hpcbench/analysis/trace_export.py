@@ -286,6 +286,23 @@ def chrome_trace(
     }
 
 
+def with_ideal(measured: dict[str, Any], ideal: dict[str, Any], what: str) -> dict[str, Any]:
+    """One trace holding `measured` and, beside it, `ideal` (its processes renumbered after the
+    measured ones and named "what-if: ..."), for comparing the two timelines."""
+    pids = [e["pid"] for e in measured["traceEvents"] if "pid" in e]
+    offset = (max(pids) + 1) if pids else 0
+    events = []
+    for event in ideal["traceEvents"]:
+        event = {**event, "pid": event["pid"] + offset}
+        if event["ph"] == "M" and event["name"] == "process_name":
+            event["args"] = {"name": f"what-if: {event['args']['name']}"}
+        elif event["ph"] == "M" and event["name"] == "process_sort_index":
+            event["args"] = {"sort_index": event["args"]["sort_index"] + offset}
+        events.append(event)
+    metadata = {**measured["metadata"], "what_if": what, "what_if_first_pid": offset}
+    return {**measured, "traceEvents": measured["traceEvents"] + events, "metadata": metadata}
+
+
 def write_chrome_trace(path: Path, trace: dict[str, Any]) -> None:
     """Write ``trace`` as JSON to ``path`` atomically: a temporary file in the same
     directory, then ``os.replace``. A failure leaves ``path`` as it was and no temporary file.

@@ -1,7 +1,9 @@
 """`python -m hpcbench.analyze`: tables and traces from point files.
 
     python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
-    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json  Chrome-trace / Perfetto JSON of one point
+    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json [--ideal]
+                                                             Chrome-trace / Perfetto JSON of one point (with
+                                                             the what-if timeline beside it)
     python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...]
                                                              report.html, report.md and CSV tables
 
@@ -19,7 +21,7 @@ from typing import TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, tables, trace_export
+from hpcbench.analysis import metrics, tables, trace_export, whatif
 from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
@@ -51,7 +53,7 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     if not sweep.points:
         raise HpcbenchError(f"{directory}: no complete point files to analyse")
-    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in sweep.points])
+    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in sweep.points], [p.comm for p in sweep.points])
     write_text_atomic(directory / "summary.csv", table.to_csv(index=False))
     print(format_table(table), file=out)
     for note in metrics.warnings_for(table):
@@ -65,16 +67,15 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     return 0
 
 
-def cmd_trace(path: Path, output: Path, out: TextIO) -> int:
+def cmd_trace(path: Path, output: Path, out: TextIO, ideal: bool = False) -> int:
     data = read_point(path)
-    trace = trace_export.chrome_trace(
-        data.iterations,
-        data.ranks,
-        data.comm,
-        data.resources,
-        data.hostnames,
-        f"{data.point.label()} [{data.point_id}]",
-    )
+    label = f"{data.point.label()} [{data.point_id}]"
+    trace = trace_export.chrome_trace(data.iterations, data.ranks, data.comm, data.resources, data.hostnames, label)
+    if ideal:  # the what-if timeline (every rank at the median rank's speed) beside the measured one
+        rows = whatif.ideal_iterations(data.iterations, not whatif.asynchronous(data.point))
+        empty_comm, empty_res = data.comm[:0], data.resources[:0]
+        other = trace_export.chrome_trace(rows, data.ranks, empty_comm, empty_res, data.hostnames, label)
+        trace = trace_export.with_ideal(trace, other, "every rank at the median rank's speed")
     trace_export.write_chrome_trace(output, trace)
     print(f"wrote {output} ({len(trace['traceEvents'])} events); open it in https://ui.perfetto.dev", file=out)
     return 0
@@ -119,6 +120,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
     trace.add_argument("point", help="a point file (<id>.h5)")
     trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace")
+    ideal_help = "add the what-if timeline (every rank at the median rank's speed) beside the measured one"
+    trace.add_argument("--ideal", action="store_true", help=ideal_help)
     report = sub.add_parser("report", help="HTML report with figures, Markdown and CSV tables of a sweep")
     report.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
     report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
@@ -129,7 +132,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     args = p.parse_args(args_list)
     try:
         if args.command == "trace":
-            return cmd_trace(Path(args.point), Path(args.output), out)
+            return cmd_trace(Path(args.point), Path(args.output), out, args.ideal)
         if args.command == "report":
             return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
         return cmd_summary(Path(args.dir), out)

@@ -1,10 +1,25 @@
 """A calibration workload: every phase lasts exactly as long as the point says, nothing else.
 
-It measures the harness itself (recording, writing, launching) and checks that known
-durations come back out of the point file. Durations come from the point's `extra`:
-`data_s`, `h2d_s`, `forward_s`, `backward_s`, `comm_s`, `update_s` (seconds, default 0);
-`rank_scale` multiplies every duration on rank r by (1 + r * rank_scale) to make a known
-load imbalance.
+It measures the harness itself (recording, writing, launching), checks that known
+durations come back out of the point file, and makes workloads with a known straggler.
+Settings come from the point's `extra`:
+
+- `data_s`, `h2d_s`, `forward_s`, `backward_s`, `comm_s`, `update_s`: seconds each phase
+  lasts (default 0). `comm_s` is a plain wait, with no message.
+- `rank_scale`: every duration on rank r is multiplied by (1 + r * rank_scale), a known
+  load imbalance.
+- `slow_rank` (a rank number) and `slow_factor` (>= 1, default 1): the compute phases
+  (data, h2d, forward, backward, update) of rank `slow_rank` last `slow_factor` times as
+  long: a known straggler.
+- `comm_bytes` (bytes per tensor, > 0) and `comm_tensors` (all-reduces per iteration,
+  default 1): when the ranks have MPI (launchers mpirun, srun), the `comm` phase is a real
+  exchange: `comm_tensors` blocking all-reduces (sum) of float32 buffers of `comm_bytes`
+  bytes across the ranks, one after the other once backward ended, each recorded as a
+  gradient message (`allreduce`, tensor `tensorK`) and its duration added to `comm_total`.
+  Ranks that arrive early wait in it for the last one, as in synchronous training. Buffers
+  are allocated once, in `build`; `comm_s`, when also set, is waited before the messages.
+  Without MPI (one rank, or a launcher without it) there is nothing to exchange with and
+  the setting is refused when the point is planned for more than one rank.
 """
 
 from __future__ import annotations
@@ -13,14 +28,20 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, Problem
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
-from hpcbench.store.schema import PHASES
+from hpcbench.store.schema import COMPUTE_PHASES, PHASES
 from hpcbench.trace.recorder import Phase, Recorder
 
 SPIN_S = 0.002  # sleep until this close to the deadline, then spin: sleep alone overshoots
+SECONDS = tuple(f"{p}_s" for p in PHASES)
+FACTORS = ("rank_scale", "slow_factor")
+COUNTS = ("slow_rank", "comm_bytes", "comm_tensors")
+MPI_LAUNCHERS = ("mpirun", "srun")
 
 
 def hold(seconds: float) -> None:
@@ -30,6 +51,21 @@ def hold(seconds: float) -> None:
         time.sleep(seconds - SPIN_S)
     while time.perf_counter() < deadline:
         pass
+
+
+def _problem(key: str, value: Any) -> Problem | None:
+    """What is wrong with one `extra` setting, or None."""
+    if key not in (*SECONDS, *FACTORS, *COUNTS):
+        return "extra", f"{key!r} is not a synthetic workload setting", ", ".join((*SECONDS, *FACTORS, *COUNTS))
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return "extra", f"{key}: {value!r} is not a non-negative number", "numbers >= 0"
+    if key in COUNTS and not isinstance(value, int):
+        return "extra", f"{key}: {value!r} is not a whole number", "integers >= 0"
+    if key == "slow_factor" and value < 1:
+        return "extra", f"slow_factor: {value!r} is below 1", "a factor >= 1"
+    if key in ("comm_bytes", "comm_tensors") and value == 0:
+        return "extra", f"{key}: 0 sends nothing", "integers >= 1 (leave it out for no exchange)"
+    return None
 
 
 @FRAMEWORKS.register
@@ -42,24 +78,64 @@ class SyntheticFramework(Framework):
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        for key, value in point.extra:
-            allowed = [f"{p}_s" for p in PHASES] + ["rank_scale"]
-            if key not in allowed:
-                yield "extra", f"{key!r} is not a synthetic workload setting", ", ".join(allowed)
-            elif isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                yield "extra", f"{key}: {value!r} is not a non-negative number", "seconds >= 0"
+        extra = dict(point.extra)
+        for key, value in extra.items():
+            problem = _problem(key, value)
+            if problem is not None:
+                yield problem
+        slow = extra.get("slow_rank")
+        if isinstance(slow, int) and not isinstance(slow, bool) and slow >= point.ranks:
+            yield "extra", f"slow_rank: {slow} is not a rank of a {point.ranks}-rank point", f"0..{point.ranks - 1}"
+        if "comm_bytes" in extra and point.ranks > 1 and point.launcher not in MPI_LAUNCHERS:
+            yield "extra", f"comm_bytes needs MPI between the ranks; {point.launcher!r} gives none", "mpirun, srun"
+        if "comm_tensors" in extra and "comm_bytes" not in extra:
+            yield "extra", "comm_tensors without comm_bytes sends nothing", "set comm_bytes too"
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         extra = dict(point.extra)
         scale = 1.0 + renv.rank * float(extra.get("rank_scale", 0.0))
-        self._plan = [(getattr(Phase, p.upper()), float(extra.get(f"{p}_s", 0.0)) * scale) for p in PHASES]
+        slow = float(extra.get("slow_factor", 1.0)) if extra.get("slow_rank") == renv.rank else 1.0
+        self._plan = [
+            (getattr(Phase, p.upper()), float(extra.get(f"{p}_s", 0.0)) * scale * (slow if p in COMPUTE_PHASES else 1))
+            for p in PHASES
+        ]
+        self._mpi = comm.mpi_comm if comm is not None and comm.size > 1 else None
+        self._bytes = int(extra.get("comm_bytes", 0))
+        self._tensors = int(extra.get("comm_tensors", 1)) if self._bytes else 0
 
     def build(self, point: Point) -> None:
-        pass
+        n = max(1, self._bytes // 4)
+        # (send, receive, tensor name) per all-reduce, allocated once
+        self._buffers = [
+            (np.ones(n, dtype=np.float32), np.empty(n, dtype=np.float32), f"tensor{k}") for k in range(self._tensors)
+        ]
+        self._nbytes = n * 4
+
+    def _exchange(self, rec: Recorder) -> None:
+        """The all-reduces of one iteration, each recorded as a message (no allocation)."""
+        mpi, messages = self._mpi, rec.comm
+        iteration = rec.iteration
+        for send, recv, name in self._buffers:
+            t0 = time.perf_counter_ns()
+            slot = (
+                messages.begin(iteration, "allreduce", name, "float32", self._nbytes, t0)
+                if messages is not None
+                else -1
+            )
+            if mpi is not None:
+                mpi.Allreduce(send, recv)
+            t1 = time.perf_counter_ns()
+            if messages is not None:
+                messages.end(slot, t1)
+            rec.add_comm(t1 - t0)
 
     def step(self, rec: Recorder) -> Any:
         for phase, seconds in self._plan:
-            if seconds:  # a phase without work is not marked: it lasts 0 s, as in the other adapters
+            if phase == Phase.COMM and self._tensors:
+                hold(seconds)
+                self._exchange(rec)
+                rec.mark(phase)
+            elif seconds:  # a phase without work is not marked: it lasts 0 s, as in the other adapters
                 hold(seconds)
                 rec.mark(phase)
         return 0.0

@@ -17,7 +17,7 @@ from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-FIGURES = 8
+FIGURES = 11  # 8, and the straggler section's 3 (heat map, cost per rank, slow hosts)
 
 
 @pytest.fixture(scope="module")

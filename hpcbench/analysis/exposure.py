@@ -1,0 +1,212 @@
+"""Communication measured from the messages: time in flight, time exposed, per bucket.
+
+For every gradient message of a timed iteration, its hand-over (`t_start`) and completion
+(`t_end`) are set against the end of its rank's backward phase in that iteration,
+b = t_start + data + h2d + forward + backward of the iteration row:
+
+- in flight: the union, per rank and iteration, of the messages' intervals (overlapping
+  per-parameter messages count once, unlike `comm_total`, which sums their durations);
+- exposed: the union of the parts after b (what backward did not hide);
+- per bucket (op and tensor name): how many messages were entirely hidden (ended by b)
+  and how long the exposed part of each lasted.
+
+`comm_union_share` and `comm_exposed_share` are the mean over ranks and timed iterations of
+those unions divided by t_iter. Vectorised, in chunks of messages that hold whole (rank,
+iteration) groups: one stable sort by group (none when the table is in order already, as
+written in one block), a running maximum per chunk, and a hash of the (op, name) bytes for
+the buckets (sorting ten million names would take seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+BUCKET_COLUMNS = ["point", "op", "bucket", "messages", "bytes", "mean_s", "hidden_share", "exposed_mean_s",
+                  "exposed_share"]  # fmt: skip
+CHUNK = 1 << 16  # messages handled at a time (7 MB of records: they stay in the CPU's cache)
+# odd 64-bit multipliers of a multiplicative hash of (op, name), one per 8-byte lane
+_MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5,
+                  0x94D049BB133111EB, 0xBF58476D1CE4E5B9, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53],
+                 dtype=np.uint64)  # fmt: skip
+
+
+@dataclass
+class Exposure:
+    union_s: float  # mean over ranks and timed iterations of the time any message was in flight
+    exposed_s: float  # likewise, in flight after backward ended
+    buckets: pd.DataFrame  # BUCKET_COLUMNS without `point`
+
+
+def _empty() -> Exposure:
+    return Exposure(float("nan"), float("nan"), pd.DataFrame(columns=BUCKET_COLUMNS[1:]))
+
+
+def _union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> float:
+    """The summed length, over groups, of the union of each group's [start, end) (rows sorted
+    by group, then start)."""
+    first = np.empty(group.size, dtype=bool)
+    first[0] = True
+    np.not_equal(group[1:], group[:-1], out=first[1:])
+    head = np.maximum.accumulate(np.where(first, np.arange(group.size), 0))  # each row's group's first row
+    base = start[head]
+    rel_s, rel_e = start - base, np.maximum(end, start) - base
+    span = float(rel_e.max()) + 1e-6
+    # Groups laid end to end (group k within [k * span, (k + 1) * span)), so that one running
+    # maximum of the ends never carries an end over into the next group.
+    offset = (np.cumsum(first) - 1) * span
+    rel_s += offset
+    rel_e += offset
+    before = np.empty_like(rel_e)
+    before[0] = -np.inf
+    np.maximum.accumulate(rel_e[:-1], out=before[1:])
+    return float(np.clip(rel_e - np.maximum(rel_s, before), 0.0, None).sum())
+
+
+def _hash(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's (op, name) bytes."""
+    lanes = np.concatenate(
+        (np.ascontiguousarray(rows["op"]).view(np.uint64).reshape(len(rows), -1),
+         np.ascontiguousarray(rows["name"]).view(np.uint64).reshape(len(rows), -1)),
+        axis=1,
+    )  # fmt: skip
+    with np.errstate(over="ignore"):
+        h = (lanes * _MULT[: lanes.shape[1]]).sum(axis=1, dtype=np.uint64)
+        return np.asarray(h ^ (h >> np.uint64(31)))
+
+
+class _Buckets:
+    """Sums per (op, name) over chunks: messages, bytes, duration, hidden, exposed."""
+
+    def __init__(self) -> None:
+        self.code_of: dict[int, int] = {}
+        self.names: list[tuple[str, str]] = []
+        self.sums = np.zeros((5, 0))
+
+    def add(self, rows: np.ndarray, exposed: np.ndarray) -> None:
+        local, uniques = pd.factorize(_hash(rows))  # codes in order of first appearance
+        running = np.maximum.accumulate(local)
+        first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
+        glob = np.empty(len(uniques), dtype=np.int64)
+        for k, (h, at) in enumerate(zip(uniques.tolist(), first.tolist(), strict=True)):
+            code = self.code_of.get(h)
+            if code is None:
+                code = self.code_of[h] = len(self.names)
+                self.names.append((bytes(rows["op"][at]).decode(errors="replace"),
+                                   bytes(rows["name"][at]).decode(errors="replace")))  # fmt: skip
+            glob[k] = code
+        codes, n = glob[local], len(self.names)
+        duration = np.clip(rows["t_end"] - rows["t_start"], 0.0, None)
+        weights = (None, rows["bytes"].astype(np.float64), duration, (exposed <= 0.0).astype(np.float64), exposed)
+        sums = np.stack([np.bincount(codes, weights=w, minlength=n).astype(np.float64) for w in weights])
+        grown = np.zeros((5, n))
+        grown[:, : self.sums.shape[1]] = self.sums
+        self.sums = grown + sums
+
+    def table(self) -> pd.DataFrame:
+        count, nbytes, duration, hidden, exposed = self.sums
+        table = pd.DataFrame({
+            "op": [op for op, _ in self.names], "bucket": [name for _, name in self.names],
+            "messages": count.astype(np.int64),
+            "bytes": nbytes / count, "mean_s": duration / count, "hidden_share": hidden / count,
+            "exposed_mean_s": exposed / count,
+        })  # fmt: skip
+        table["exposed_share"] = np.where(table["mean_s"] > 0, table["exposed_mean_s"] / table["mean_s"], 0.0)
+        return table.sort_values("exposed_mean_s", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def backward_end(timed: np.ndarray) -> np.ndarray:
+    """Per rank and timed iteration, when backward ended: t_start + data + h2d + forward + backward."""
+    return np.asarray(timed["t_start"] + timed["data"] + timed["h2d"] + timed["forward"] + timed["backward"])
+
+
+class _Pass:
+    """One pass over the messages in (rank, iteration) order, in chunks that hold whole
+    (rank, iteration) groups and fit in the CPU's cache (each record is read from memory once)."""
+
+    def __init__(self, timed: np.ndarray, columns: np.ndarray, buckets: bool, union: bool) -> None:
+        self.n_timed = timed.shape[1]
+        self.n_ranks = timed.shape[0]
+        self.col_of = np.full(int(columns.max()) + 1, -1, dtype=np.int64)
+        self.col_of[columns] = np.arange(self.n_timed)
+        self.bwd_of = backward_end(timed).reshape(-1)
+        self.buckets, self.union = buckets, union
+        self.totals = np.zeros(2)
+        self.acc = _Buckets()
+
+    def run(self, comm: np.ndarray, order: np.ndarray | None) -> bool:
+        """Accumulate every message; False (and nothing kept) if `comm` is out of order without `order`."""
+        lo, n, last = 0, len(comm), -1
+        while lo < n:
+            hi = min(lo + CHUNK, n)
+            rows = comm[lo:hi] if order is None else comm[order[lo:hi]]
+            key = rows["rank"].astype(np.int64) * 2**32 + rows["iteration"]
+            if order is None and (key[0] < last or (key[1:] < key[:-1]).any()):
+                return False
+            if hi < n:  # leave the last group to the next chunk, unless it fills this one
+                cut = int(np.searchsorted(key, key[-1], side="left"))
+                if cut > 0:
+                    rows, key, hi = rows[:cut], key[:cut], lo + cut
+            last = int(key[-1])
+            self._chunk(rows)
+            lo = hi
+        return True
+
+    def _chunk(self, rows: np.ndarray) -> None:
+        it, rank = rows["iteration"], rows["rank"]
+        ok = (it >= 0) & (it < len(self.col_of)) & (rank >= 0) & (rank < self.n_ranks)
+        col = np.where(ok, self.col_of[np.clip(it, 0, len(self.col_of) - 1)], -1)
+        keep = col >= 0
+        if not keep.all():
+            rows, col = rows[keep], col[keep]
+            if len(rows) == 0:
+                return
+        g = rows["rank"].astype(np.int64) * self.n_timed + col
+        start, end = rows["t_start"], rows["t_end"]
+        bwd = self.bwd_of[g]
+        late = np.maximum(start, bwd)
+        if self.union:
+            self.totals += _chunk_unions(g, start, end, late, np.maximum(end, bwd))
+        if self.buckets:
+            self.acc.add(rows, np.clip(end - late, 0.0, None))
+
+
+def measure(
+    timed: np.ndarray, columns: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bool = True
+) -> Exposure:
+    """The exposure of one point: `timed` the timed iteration rows (ranks, n), `columns` the
+    iteration index of each of its columns, `comm` every message (COMM_DTYPE). `buckets`,
+    `union`: compute the per-bucket table, the unions (else NaN)."""
+    n_ranks, n_timed = timed.shape
+    if len(comm) == 0 or n_timed == 0:
+        return _empty()
+    one = _Pass(timed, columns, buckets, union)
+    if not one.run(comm, None):  # written in several blocks: sort by (rank, iteration) once
+        key = comm["rank"].astype(np.int64) * 2**32 + comm["iteration"]
+        one = _Pass(timed, columns, buckets, union)
+        one.run(comm, np.argsort(key, kind="stable"))  # sorted runs (the blocks) merge fast
+    cells = n_ranks * n_timed
+    shares = one.totals / cells if union else (float("nan"), float("nan"))
+    table = one.acc.table() if buckets and one.acc.names else pd.DataFrame(columns=BUCKET_COLUMNS[1:])
+    return Exposure(float(shares[0]), float(shares[1]), table)
+
+
+def of(iterations: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bool = True) -> Exposure:
+    """The exposure of a point from its whole iteration array (warm-up included) and messages."""
+    columns = np.flatnonzero(~iterations["warmup"].any(axis=0))
+    if columns.size and columns[-1] - columns[0] + 1 == columns.size:  # one block: a view, no copy
+        return measure(iterations[:, columns[0] : columns[-1] + 1], columns, comm, buckets, union)
+    return measure(iterations[:, columns], columns, comm, buckets, union)
+
+
+def _chunk_unions(
+    g: np.ndarray, start: np.ndarray, end: np.ndarray, late_start: np.ndarray, late_end: np.ndarray
+) -> np.ndarray:
+    """(union of the messages' intervals, of their parts after backward) summed over the chunk's groups."""
+    same = g[1:] == g[:-1]
+    if not (start[1:][same] >= start[:-1][same]).all():
+        order = np.lexsort((start, g))
+        g, start, end, late_start, late_end = g[order], start[order], end[order], late_start[order], late_end[order]
+    return np.array([_union(g, start, end), _union(g, late_start, late_end)])

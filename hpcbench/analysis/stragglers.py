@@ -1,0 +1,295 @@
+"""Why is it slow: straggler attribution per rank and phase, the what-if replay, slow hosts.
+
+Per point (timed iterations only; definitions in docs/stragglers.md):
+
+- per rank and phase (data, h2d, forward, backward, update, comm = time in the exchange
+  after backward, and compute = the five compute phases): the rank's median over iterations,
+  the median rank's (median over ranks of those) and the excess;
+- per iteration, the rank that set its end (the largest compute: in a synchronous step the
+  others wait for it in the exchange) and the phase through which it did (its largest excess
+  over that iteration's median rank, by compute); per rank, the share of iterations it was
+  the slowest and its median excess then;
+- the what-if replay (whatif.py): every rank at the median speed, each rank that was ever
+  the slowest alone at the median speed (its cost: the share of t_iter the run would save),
+  communication hidden;
+- per gradient bucket, how much of it backward hid (exposure.py).
+
+Across a sweep: hosts, and ranks within hosts (host, local rank), by how often they held a
+point's slowest rank and by how much. Everything works on (ranks, iterations) arrays, with
+no Python loop over iterations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from hpcbench.analysis import exposure, metrics, whatif
+from hpcbench.store.reader import PointData
+from hpcbench.store.schema import COMPUTE_PHASES
+
+PHASES = (*COMPUTE_PHASES, "comm")  # comm: time in the exchange after backward, waiting included
+ROW_PHASES = (*PHASES, "compute")
+HEADLINE_COST_PCT = 5.0
+MEDIAN_ITERATIONS = 2000  # a rank's median phase time is over at most this many evenly spaced iterations
+HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
+
+STRAGGLER_COLUMNS = [
+    "point", "rank", "host", "local_rank", "phase", "phase_s", "median_rank_s", "excess_s", "excess_pct",
+    "slowest_share", "slowest_iterations", "median_excess_s", "median_excess_pct", "through", "cost_pct",
+    "whatif_t_iter_s", "t_iter_s",
+]  # fmt: skip
+WHATIF_COLUMNS = ["point", "scenario", "rank", "host", "t_iter_s", "throughput", "saving_pct"]
+HOST_COLUMNS = ["host", "local_rank", "points", "slowest_points", "median_excess_pct", "evidence"]
+
+
+@dataclass
+class PointStragglers:
+    """One point's attribution and replay."""
+
+    point_id: str
+    label: str
+    ranks: pd.DataFrame  # one row per rank: rank, host, local_rank, compute_s, excess_pct, share, cost_pct, ...
+    rows: pd.DataFrame  # STRAGGLER_COLUMNS
+    whatif: pd.DataFrame  # WHATIF_COLUMNS
+    buckets: pd.DataFrame  # exposure.BUCKET_COLUMNS
+    heat: np.ndarray  # compute seconds, (ranks, iterations) block-averaged to at most HEAT_RANKS x HEAT_ITERATIONS
+    t_iter_s: float
+
+
+@dataclass
+class SweepStragglers:
+    points: list[PointStragglers] = field(default_factory=list)
+    stragglers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=STRAGGLER_COLUMNS))
+    whatif: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=WHATIF_COLUMNS))
+    hosts: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=HOST_COLUMNS))
+    buckets: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=exposure.BUCKET_COLUMNS))
+    headline: str = ""
+
+
+def _group_medians(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Per key 0..n-1, the median of its values (NaN for a key without values)."""
+    order = np.lexsort((values, keys))
+    counts = np.bincount(keys, minlength=n)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    out = np.full(n, np.nan)
+    has = counts > 0
+    lo = starts[has] + (counts[has] - 1) // 2
+    hi = starts[has] + counts[has] // 2
+    s = values[order]
+    out[has] = (s[lo] + s[hi]) / 2.0
+    return out
+
+
+def _block_mean(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """`a` averaged over blocks so that it has at most rows x cols cells."""
+    fr, fc = -(-a.shape[0] // rows), -(-a.shape[1] // cols)
+    r, c = a.shape[0] // fr * fr, a.shape[1] // fc * fc
+    return np.asarray(a[:r, :c].reshape(r // fr, fr, c // fc, fc).mean(axis=(1, 3)), dtype=np.float32)
+
+
+@dataclass
+class _Arrays:
+    """The timed iterations of a point as contiguous per-phase arrays (float32 durations)."""
+
+    phase: dict[str, np.ndarray]
+    compute: np.ndarray
+    duration: np.ndarray  # float64
+    timed: np.ndarray
+    columns: np.ndarray  # iteration index of each timed column
+    stride: int  # medians over ranks' iterations take every stride-th one (at most MEDIAN_ITERATIONS)
+
+    @classmethod
+    def of(cls, iterations: np.ndarray) -> _Arrays:
+        columns = np.flatnonzero(~iterations["warmup"].any(axis=0))
+        timed = metrics.timed(iterations)
+        phase = {p: timed[p].astype(np.float32) for p in PHASES}
+        compute = phase[COMPUTE_PHASES[0]].copy()
+        for p in COMPUTE_PHASES[1:]:
+            compute += phase[p]
+        stride = max(1, -(-timed.shape[1] // MEDIAN_ITERATIONS))
+        return cls(phase, compute, np.asarray(timed["t_end"] - timed["t_start"]), timed, columns, stride)
+
+
+def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per timed iteration: the slowest rank, its excess over the median rank (s and fraction),
+    and the compute phase (index into COMPUTE_PHASES) through which it was slowest."""
+    c = a.compute
+    n_ranks, n = c.shape
+    cols = np.arange(n)
+    slowest = np.argmax(c, axis=0)
+    low = (n_ranks - 1) // 2  # the median rank (the lower one of an even count)
+    mid = np.argpartition(c, low, axis=0)[low] if n_ranks > 1 else slowest
+    excess = (c[slowest, cols] - c[mid, cols]).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        relative = excess / c[mid, cols]
+    by_phase = np.stack([a.phase[p][slowest, cols] - a.phase[p][mid, cols] for p in COMPUTE_PHASES])
+    return slowest, excess, relative, np.argmax(by_phase, axis=0)
+
+
+def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointStragglers:
+    """Attribution and replay of one point (of two or more ranks); `measured`: its exposure, if known."""
+    a = _Arrays.of(p.iterations)
+    n_ranks, n = a.compute.shape
+    hosts = p.hostnames[:n_ranks] + ["?"] * max(0, n_ranks - len(p.hostnames))
+    rank_ids = p.ranks["rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.arange(n_ranks)
+    local = p.ranks["local_rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.zeros(n_ranks, dtype=int)
+    typical = {ph: whatif.row_median(a.phase[ph][:, :: a.stride]) for ph in PHASES}
+    typical["compute"] = whatif.row_median(a.compute[:, :: a.stride])
+    slowest, excess, relative, through = _per_iteration(a)
+    count = np.bincount(slowest, minlength=n_ranks)
+    share = count / max(n, 1)
+    median_excess = _group_medians(slowest, excess, n_ranks)
+    median_relative = _group_medians(slowest, relative, n_ranks)
+    through_of = np.bincount(slowest * len(COMPUTE_PHASES) + through, minlength=n_ranks * len(COMPUTE_PHASES))
+    top_phase = np.asarray(COMPUTE_PHASES, dtype=object)[through_of.reshape(n_ranks, -1).argmax(axis=1)]
+    top_phase[count == 0] = ""
+    replay = whatif.replay(a.compute, a.phase["comm"], a.duration, not whatif.asynchronous(p.point), typical["compute"])
+    t_iter = whatif.median_of(replay.measured)
+    without = np.full(n_ranks, t_iter)
+    for r in np.flatnonzero((count > 0) & (replay.factor < 1.0)):  # ranks that were ever the slowest
+        without[r] = whatif.median_of(replay.without(int(r)))
+    cost = 100.0 * (1.0 - without / t_iter) if t_iter > 0 else np.full(n_ranks, np.nan)
+    med_compute = whatif.median_of(typical["compute"])
+    ranks = pd.DataFrame({
+        "rank": np.asarray(rank_ids, dtype=np.int64), "host": hosts, "local_rank": np.asarray(local, dtype=np.int64),
+        "compute_s": typical["compute"], "excess_pct": 100.0 * (typical["compute"] / med_compute - 1.0),
+        "slowest_share": share, "slowest_iterations": count, "median_excess_s": median_excess,
+        "median_excess_pct": 100.0 * median_relative, "through": top_phase, "cost_pct": cost,
+        "whatif_t_iter_s": without,
+    })  # fmt: skip
+    rows = _rows(p.point_id, ranks, typical, t_iter)
+    buckets = (measured or exposure.measure(a.timed, a.columns, p.comm, union=False)).buckets.copy()
+    buckets.insert(0, "point", p.point_id)
+    return PointStragglers(p.point_id, p.point.label(), ranks, rows, _scenarios(p, replay, ranks, t_iter), buckets,
+                           _block_mean(a.compute, HEAT_RANKS, HEAT_ITERATIONS), t_iter)  # fmt: skip
+
+
+def _rows(point_id: str, ranks: pd.DataFrame, typical: dict[str, np.ndarray], t_iter: float) -> pd.DataFrame:
+    """stragglers.csv's rows of one point: rank x phase."""
+    frames = []
+    for phase in ROW_PHASES:
+        values = typical[phase]
+        med = whatif.median_of(values)
+        frame = ranks[["rank", "host", "local_rank"]].copy()
+        frame.insert(0, "point", point_id)
+        frame["phase"] = phase
+        frame["phase_s"] = values
+        frame["median_rank_s"] = med
+        frame["excess_s"] = values - med
+        frame["excess_pct"] = 100.0 * (values - med) / med if med > 0 else np.nan
+        for key in ("slowest_share", "slowest_iterations", "median_excess_s", "median_excess_pct", "through",
+                    "cost_pct", "whatif_t_iter_s"):  # fmt: skip
+            frame[key] = ranks[key].to_numpy()
+        frame["t_iter_s"] = t_iter
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)[STRAGGLER_COLUMNS]
+
+
+def _scenarios(p: PointData, replay: whatif.Replay, ranks: pd.DataFrame, t_iter: float) -> pd.DataFrame:
+    """whatif.csv's rows of one point: measured, every rank at the median speed, each slow rank
+    alone at the median speed, communication hidden."""
+    samples = p.iterations.shape[0] * p.point.batch_size
+    rows: list[tuple[str, object, str, float]] = [
+        ("measured", "", "", t_iter),
+        ("all ranks at median speed", "", "", whatif.median_of(replay.all_median)),
+        ("communication hidden", "", "", whatif.median_of(replay.comm_hidden)),
+    ]
+    slow = ranks[(ranks["slowest_iterations"] > 0) & (ranks["whatif_t_iter_s"] < t_iter)]
+    slow = slow.sort_values("cost_pct", ascending=False)
+    for rank, host, t in zip(
+        slow["rank"].tolist(), slow["host"].tolist(), slow["whatif_t_iter_s"].tolist(), strict=True
+    ):
+        rows.append(("rank at median speed", int(rank), str(host), float(t)))
+    frame = pd.DataFrame(rows, columns=["scenario", "rank", "host", "t_iter_s"])
+    frame.insert(0, "point", p.point_id)
+    frame["throughput"] = [metrics.throughput(1, samples, t) for t in frame["t_iter_s"]]
+    frame["saving_pct"] = 100.0 * (1.0 - frame["t_iter_s"] / t_iter) if t_iter > 0 else np.nan
+    return frame[WHATIF_COLUMNS]
+
+
+def hosts_table(points: list[PointStragglers]) -> pd.DataFrame:
+    """Hosts (local_rank empty) and ranks within hosts, by how often they held the slowest rank
+    of a point (hosts: of points on two or more hosts) and by how much (median over those points
+    of its compute excess over the point's median rank, %)."""
+    seen: dict[tuple[str, str], list[tuple[str, bool, float]]] = {}
+    for ps in points:
+        ranks = ps.ranks
+        if len(ranks) < 2:
+            continue
+        worst = int(ranks["excess_pct"].to_numpy().argmax())
+        worst_host = str(ranks["host"].iloc[worst])
+        excess_pct = ranks["excess_pct"].tolist()
+        for i, (host, local) in enumerate(zip(ranks["host"].tolist(), ranks["local_rank"].tolist(), strict=True)):
+            seen.setdefault((str(host), str(local)), []).append((ps.point_id, i == worst, float(excess_pct[i])))
+        if ranks["host"].nunique() > 1:
+            for host, group in ranks.groupby("host", sort=False):
+                excess = float(group["excess_pct"].max())
+                seen.setdefault((str(host), ""), []).append((ps.point_id, str(host) == worst_host, excess))
+    rows = []
+    for (host, local), evidence in seen.items():
+        slowest = [(pid, e) for pid, was, e in evidence if was]
+        rows.append({
+            "host": host, "local_rank": local, "points": len(evidence), "slowest_points": len(slowest),
+            "median_excess_pct": float(np.median([e for _, e in slowest])) if slowest else np.nan,
+            "evidence": "; ".join(f"{pid} ({e:+.1f} %)" for pid, e in slowest),
+        })  # fmt: skip
+    if not rows:
+        return pd.DataFrame(columns=HOST_COLUMNS)
+    table = pd.DataFrame(rows)
+    table["_share"] = table["slowest_points"] / table["points"]
+    table = table.sort_values(["local_rank", "_share", "slowest_points", "median_excess_pct"],
+                              ascending=[True, False, False, False], kind="stable")  # fmt: skip
+    return table[HOST_COLUMNS].reset_index(drop=True)
+
+
+def headline(points: list[PointStragglers]) -> str:
+    """One sentence when some rank costs more than HEADLINE_COST_PCT of its point's t_iter, else ''."""
+    worst = []
+    for ps in points:
+        if len(ps.ranks) and np.isfinite(ps.ranks["cost_pct"]).any():
+            r = ps.ranks.loc[ps.ranks["cost_pct"].idxmax()]
+            if r["cost_pct"] > HEADLINE_COST_PCT:
+                worst.append((float(r["cost_pct"]), ps, r))
+    if not worst:
+        return ""
+    worst.sort(key=lambda w: -w[0])
+    cost, ps, r = worst[0]
+    more = (
+        f"; {len(worst) - 1} more points have a straggler costing over {HEADLINE_COST_PCT:.0f} %"
+        if len(worst) > 1
+        else ""
+    )
+    return (
+        f"Straggler: rank {int(r['rank'])} on host {r['host']} costs {cost:.1f} % of point {ps.point_id}'s "
+        f"iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(r['whatif_t_iter_s']) * 1e3:.2f} ms with it at the "
+        f"median rank's speed), slowest mostly through {r['through'] or 'compute'}{more} (stragglers.csv)."
+    )
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    kept = [f for f in frames if not f.empty]
+    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=columns)
+
+
+def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | None = None) -> SweepStragglers:
+    """Attribution of every point of two or more ranks, and the sweep's tables; `exposures`
+    by point id (measured once for the stats), else measured here."""
+    known = exposures or {}
+    done = [
+        attribute(p, known.get(p.point_id))
+        for p in points
+        if p.iterations.shape[0] > 1 and metrics.timed(p.iterations).shape[1] > 0
+    ]
+    if not done:
+        return SweepStragglers()
+    return SweepStragglers(
+        done,
+        pd.concat([d.rows for d in done], ignore_index=True),
+        pd.concat([d.whatif for d in done], ignore_index=True),
+        hosts_table(done),
+        _concat([d.buckets for d in done], exposure.BUCKET_COLUMNS),
+        headline(done),
+    )

@@ -1,0 +1,163 @@
+"""What-if replay: a point re-timed as if its slow ranks ran at the median rank's speed, or
+its communication were hidden, from the recorded phases alone.
+
+Inputs are per (rank, timed iteration) arrays: compute c (data + h2d + forward + backward
++ update), the `comm` phase x (time in the exchange after backward: transfer plus waiting)
+and the iteration's duration d (t_end - t_start); T_i = max_r d is the measured step.
+
+- A rank's speed is s_r = median_i c[r, i]; the median rank's is s_med = median_r s_r. "At
+  the median speed", rank r's compute becomes c[r, i] * min(1, s_med / s_r): slower ranks
+  are scaled down (keeping their iteration-to-iteration variation), faster ones kept.
+- Synchronous exchange (all-reduce; parameter servers in synchronous mode): every rank
+  waits in the exchange for the last one, so a step lasts max_r c + the transfer + overhead
+  and the replayed step is T'_i = T_i - (max_r c[:, i] - max_r c'[:, i]).
+- Asynchronous parameter servers: ranks do not wait for each other; each rank's own
+  iteration shrinks by its own saving, T'_i = max_r (d - c + c')[:, i].
+- Communication hidden: the transfer is the exchange time of the rank that waited least,
+  e_i = min_r x[:, i] (the last to arrive does not wait), so T'_i = T_i - e_i; asynchronous,
+  T'_i = max_r (d - x)[:, i].
+
+Everything is a vectorised pass over the (ranks, iterations) arrays; replacing one rank uses
+the per-iteration largest and second largest values, so each rank costs one pass over the
+iterations. Limits: docs/stragglers.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hpcbench.spec import Point
+from hpcbench.store.schema import COMPUTE_PHASES
+
+
+def asynchronous(point: Point) -> bool:
+    """Whether ranks exchange gradients without waiting for each other (asynchronous parameter servers)."""
+    if point.framework == "mxnet":
+        return point.backend == "dist_async"
+    if point.framework == "tensorflow" and point.backend == "ps":
+        return not bool(dict(point.extra).get("sync", False))
+    return False
+
+
+def row_median(x: np.ndarray) -> np.ndarray:
+    """The median of each row of a 2-d array (one partition per row, no sort)."""
+    n = x.shape[1]
+    if n == 0:
+        return np.full(x.shape[0], np.nan)
+    k = (n - 1) // 2
+    if n % 2:
+        return np.asarray(np.partition(x, k, axis=1)[:, k], dtype=np.float64)
+    part = np.partition(x, [k, k + 1], axis=1)
+    return np.asarray((part[:, k].astype(np.float64) + part[:, k + 1]) / 2.0)
+
+
+def median_of(values: np.ndarray) -> float:
+    return float(np.median(values)) if values.size else float("nan")
+
+
+@dataclass
+class Top2:
+    """Per column of a (ranks, iterations) array: the largest value, its rank, the second largest."""
+
+    first: np.ndarray
+    rank: np.ndarray
+    second: np.ndarray
+
+    @classmethod
+    def of(cls, m: np.ndarray) -> Top2:
+        rank = np.argmax(m, axis=0)
+        cols = np.arange(m.shape[1])
+        first = m[rank, cols]
+        if m.shape[0] < 2:
+            return cls(first, rank, np.full_like(first, -np.inf))
+        saved = m[rank, cols].copy()
+        m[rank, cols] = -np.inf  # the second largest: the largest once the first is out
+        second = m.max(axis=0)
+        m[rank, cols] = saved
+        return cls(first, rank, second)
+
+    def replaced(self, r: int, row: np.ndarray) -> np.ndarray:
+        """Per column, the largest value once rank r's row is `row`."""
+        others = np.where(self.rank == r, self.second, self.first)
+        return np.asarray(np.maximum(others, row))
+
+
+@dataclass
+class Replay:
+    """Per timed iteration step times of each scenario; each rank's speed factor."""
+
+    measured: np.ndarray  # T_i
+    factor: np.ndarray  # per rank, min(1, s_med / s_r)
+    all_median: np.ndarray  # every rank at the median speed
+    comm_hidden: np.ndarray  # no transfer time exposed
+    synchronous: bool
+    _c: np.ndarray  # compute
+    _d: np.ndarray  # iteration durations
+    _top: Top2  # of c (synchronous) or d (asynchronous)
+
+    def without(self, r: int) -> np.ndarray:
+        """Step times with rank r alone at the median speed."""
+        if self.factor[r] >= 1.0:
+            return self.measured
+        saved = self._c[r] * (1.0 - self.factor[r])
+        if self.synchronous:
+            return np.asarray(self.measured - (self._top.first - self._top.replaced(r, self._c[r] - saved)))
+        return np.asarray(self._top.replaced(r, self._d[r] - saved), dtype=np.float64)
+
+
+def speed_factors(speed: np.ndarray) -> np.ndarray:
+    """Per rank, min(1, s_med / s_r) from s_r, each rank's median compute (1 where s_r is 0)."""
+    med = median_of(speed)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(speed > 0, med / speed, 1.0)
+    return np.asarray(np.minimum(np.nan_to_num(f, nan=1.0), 1.0))
+
+
+def replay(
+    c: np.ndarray, comm: np.ndarray, duration: np.ndarray, synchronous: bool = True, speed: np.ndarray | None = None
+) -> Replay:
+    """The scenarios of one point from (ranks, iterations) float arrays (float32 is enough);
+    `speed`: each rank's median compute, when known already."""
+    measured = duration.max(axis=0).astype(np.float64)
+    factor = speed_factors(row_median(c) if speed is None else speed)
+    scaled = c * factor.astype(c.dtype)[:, None]
+    if synchronous:
+        top = Top2.of(c)
+        all_median = measured - (top.first - scaled.max(axis=0))
+        comm_hidden = measured - comm.min(axis=0)
+    else:
+        top = Top2.of(duration)
+        all_median = (duration - c + scaled).max(axis=0)
+        comm_hidden = (duration - comm).max(axis=0)
+    del scaled
+    return Replay(measured, factor, np.asarray(all_median, dtype=np.float64),
+                  np.asarray(comm_hidden, dtype=np.float64), synchronous, c, duration, top)  # fmt: skip
+
+
+def ideal_iterations(iterations: np.ndarray, synchronous: bool = True) -> np.ndarray:
+    """The iteration rows (all of them, warm-up included) re-timed with every rank at the median
+    rank's speed: compute phases scaled by each rank's factor (from the timed iterations), the
+    time in the exchange and the iteration shortened by the step's saving, and every later
+    iteration moved earlier by the savings before it. For `hpcbench trace --ideal`."""
+    out = np.array(iterations, copy=True)
+    if out.size == 0:
+        return out
+    timed = ~iterations["warmup"].any(axis=0)
+    c = np.asarray(sum(iterations[p] for p in COMPUTE_PHASES), dtype=np.float64)
+    factor = speed_factors(row_median(c[:, timed])) if timed.any() else np.ones(c.shape[0])
+    for p in COMPUTE_PHASES:
+        out[p] = iterations[p] * factor[:, None]
+    saved = c * (1.0 - factor[:, None])  # each rank's own compute saving
+    duration = iterations["t_end"] - iterations["t_start"]
+    if synchronous:  # everyone's iteration shrinks by the step's saving; the wait absorbs the difference
+        step = (c.max(axis=0) - (c - saved).max(axis=0))[None, :]
+        out["comm"] = np.clip(iterations["comm"] - step + saved, 0.0, None)
+        shorter = np.broadcast_to(step, c.shape)
+    else:
+        shorter = saved
+    earlier = np.cumsum(shorter, axis=1) - shorter  # savings of the iterations before
+    out["t_start"] = iterations["t_start"] - earlier
+    out["t_end"] = out["t_start"] + duration - shorter
+    return out

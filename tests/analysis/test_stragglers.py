@@ -1,0 +1,208 @@
+"""Straggler attribution, the what-if replay, slow hosts and exposed communication, on point
+files with hand-worked answers (written through the real writer, read back by the real reader)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcbench.analysis import exposure, metrics, stragglers, tables, whatif
+from hpcbench.spec import Point
+from hpcbench.store.reader import read_point
+from hpcbench.store.schema import COMM_DTYPE
+from hpcbench.testing.fabricate import write_point_file
+from tests.analysis.helpers import comm_rows, iterations
+from tests.conftest import run_module
+
+BASE = {"data": 0.002, "h2d": 0.001, "forward": 0.010, "backward": 0.020, "update": 0.003}  # 36 ms of compute
+E = 0.004  # transfer time of the exchange
+
+
+def num(frame: pd.DataFrame, row: object, column: str) -> float:
+    """A number of a table (typed for mypy)."""
+    return float(np.asarray(frame.loc[row, column]))  # type: ignore[index]
+
+
+def word(frame: pd.DataFrame, row: object, column: str) -> str:
+    return str(frame.loc[row, column])  # type: ignore[index]
+
+
+def synchronous(n_ranks: int, n_iters: int, slow: dict[int, dict[str, float]], seed: int = 0) -> np.ndarray:
+    """A synchronous run: rank r's phases BASE (times slow[r][phase]) with ±1 % noise; every rank
+    waits in the exchange for the last one, which then takes E; a step = max compute + E."""
+    rng = np.random.default_rng(seed)
+    a = iterations(n_ranks, n_iters)
+    compute = np.zeros((n_ranks, n_iters))
+    for phase, seconds in BASE.items():
+        factor = np.array([slow.get(r, {}).get(phase, 1.0) for r in range(n_ranks)])[:, None]
+        values = seconds * factor * (1.0 + 0.01 * rng.random((n_ranks, n_iters)))
+        a[phase] = values
+        compute += values
+    step = compute.max(axis=0) + E
+    a["comm"] = step - compute
+    a["comm_total"] = a["comm"]
+    a["t_start"] = np.concatenate(([0.0], np.cumsum(step)[:-1]))[None, :]
+    a["t_end"] = a["t_start"] + step
+    return a
+
+
+def fabricated(tmp_path: Path, a: np.ndarray, hosts: list[str] | None = None, **fields: object) -> Path:
+    point = Point(framework="torch", backend="gloo", ranks_per_node=a.shape[0], **fields)  # type: ignore[arg-type]
+    return write_point_file(tmp_path / f"{point.id}.h5", point, a, hostnames=hosts)
+
+
+def test_a_known_straggler_is_named_with_its_phase_cost_and_what_if(tmp_path: Path) -> None:
+    a = synchronous(5, 400, {3: {"forward": 3.0}})  # rank 3: forward 30 ms instead of 10 ms
+    ps = stragglers.attribute(read_point(fabricated(tmp_path, a)))
+    by = ps.rows.set_index(["rank", "phase"])
+    assert num(by, (3, "forward"), "excess_s") == pytest.approx(0.020, rel=0.02)
+    assert abs(num(by, (3, "backward"), "excess_s")) < 0.0005
+    assert num(by, (3, "compute"), "slowest_share") == 1.0
+    assert word(by, (3, "compute"), "through") == "forward"
+    assert num(by, (0, "compute"), "slowest_share") == 0.0 and num(by, (0, "compute"), "cost_pct") == 0.0
+    # the exchange: rank 3 waits ~20 ms less than the median rank (which waits for it)
+    assert num(by, (3, "comm"), "excess_s") == pytest.approx(-0.020, rel=0.05)
+    # truth: a step is max compute + E; without the straggler, ~36.4 ms + E instead of ~56.4 ms + E
+    t_with = float(np.median(metrics.step_times(a)))
+    b = synchronous(5, 400, {})
+    t_without = float(np.median(metrics.step_times(b)))
+    cost = num(by, (3, "compute"), "cost_pct")
+    assert cost == pytest.approx(100 * (1 - t_without / t_with), rel=0.02)
+    assert num(by, (3, "compute"), "whatif_t_iter_s") == pytest.approx(t_without, rel=0.01)
+    scenarios = ps.whatif.set_index("scenario")
+    assert num(scenarios, "all ranks at median speed", "t_iter_s") == pytest.approx(t_without, rel=0.01)
+    assert num(scenarios, "communication hidden", "t_iter_s") == pytest.approx(t_with - E, rel=1e-6)
+    assert num(scenarios, "measured", "throughput") == pytest.approx(5 * Point().batch_size / t_with)
+    assert "rank 3 on host node0" in stragglers.headline([ps])
+
+
+def test_two_stragglers_each_cost_only_what_the_other_leaves(tmp_path: Path) -> None:
+    # rank 1 backward x2 (+20 ms), rank 2 backward x1.5 (+10 ms): without rank 1 the step is set by rank 2
+    a = synchronous(6, 300, {1: {"backward": 2.0}, 2: {"backward": 1.5}})
+    ps = stragglers.attribute(read_point(fabricated(tmp_path, a)))
+    r = ps.ranks.set_index("rank")
+    t = ps.t_iter_s
+    assert num(r, 1, "cost_pct") == pytest.approx(100 * 0.010 / t, rel=0.05)  # 56 -> 46 ms
+    assert num(r, 2, "cost_pct") == 0.0  # never the slowest
+    assert ps.whatif.set_index("scenario").loc["all ranks at median speed", "t_iter_s"] == pytest.approx(
+        t - 0.020, rel=0.02
+    )
+
+
+def test_asynchronous_ranks_do_not_wait_for_the_straggler(tmp_path: Path) -> None:
+    a = synchronous(4, 200, {0: {"update": 5.0}})
+    own = np.asarray(sum(a[p] for p in BASE)) + E  # asynchronous: every rank runs at its own pace
+    a["comm"] = E
+    a["t_end"] = a["t_start"] + own
+    point = Point(framework="mxnet", backend="dist_async", ranks_per_node=4)
+    path = write_point_file(tmp_path / f"{point.id}.h5", point, a)
+    assert whatif.asynchronous(point) and not whatif.asynchronous(Point(framework="mxnet", backend="dist_sync"))
+    ps = stragglers.attribute(read_point(path))
+    others = float(np.median(own[1:].max(axis=0)))
+    assert ps.ranks.set_index("rank").loc[0, "whatif_t_iter_s"] == pytest.approx(others, rel=0.01)
+
+
+def test_hosts_ranked_by_how_often_and_how_much_they_were_slowest(tmp_path: Path) -> None:
+    hosts = ["c1", "c1", "c2", "c2", "c3", "c3"]
+    runs = [synchronous(6, 100, {4: {"forward": 2.0}}, seed=1), synchronous(6, 100, {5: {"forward": 3.0}}, seed=2),
+            synchronous(6, 100, {0: {"backward": 1.5}}, seed=3)]  # fmt: skip
+    points = [read_point(fabricated(tmp_path, a, hosts, batch_size=8 * (k + 1))) for k, a in enumerate(runs)]
+    table = stragglers.analyse(points).hosts
+    whole = table[table["local_rank"] == ""].set_index("host")
+    assert num(whole, "c3", "points") == 3 and num(whole, "c3", "slowest_points") == 2
+    assert num(whole, "c1", "slowest_points") == 1 and num(whole, "c2", "slowest_points") == 0
+    # compute excess when slowest: forward +10 ms and +20 ms over 36 ms: median +41.7 %
+    assert num(whole, "c3", "median_excess_pct") == pytest.approx(100 * 0.015 / 0.036, rel=0.03)
+    assert table.iloc[0]["host"] == "c3"  # ranked first
+    assert word(whole, "c3", "evidence").count("%") == 2
+
+
+def test_exposed_and_union_of_messages_against_the_end_of_backward(tmp_path: Path) -> None:
+    # one rank, iteration 1 timed: backward ends at 0.5 s; messages [0.1, 0.3] (hidden),
+    # [0.2, 0.6] and [0.55, 0.7] (exposed 0.1 and 0.15): in flight 0.6 s, exposed 0.2 s
+    a = iterations(2, 2, warmup=1, forward=0.2, backward=0.3, comm=0.2, update=0.0, period=1.0)
+    a["t_end"] = a["t_start"] + 1.0
+    rows = [(0, 1, 100, 1.1, 1.3), (1, 1, 100, 1.1, 1.2), (0, 1, 200, 1.55, 1.7), (0, 1, 300, 1.2, 1.6),
+            (0, 0, 50, 0.0, 0.9)]  # fmt: skip # rank 0, iteration 0 is warm-up: left out
+    msgs = comm_rows(rows)
+    msgs["name"] = [b"a", b"a", b"c", b"b", b"a"]
+    got = exposure.of(a, msgs)
+    assert got.union_s == pytest.approx((0.6 + 0.1) / 2)  # mean over the two ranks
+    assert got.exposed_s == pytest.approx(0.2 / 2)
+    buckets = got.buckets.set_index("bucket")
+    assert num(buckets, "a", "messages") == 2 and num(buckets, "a", "hidden_share") == 1.0
+    assert num(buckets, "b", "exposed_mean_s") == pytest.approx(0.1)
+    assert num(buckets, "c", "exposed_mean_s") == pytest.approx(0.15) and num(buckets, "c", "exposed_share") == 1.0
+    # out of (rank, iteration) order, in any order: the same
+    shuffled = msgs[np.random.default_rng(0).permutation(len(msgs))]
+    again = exposure.of(a, shuffled)
+    assert (again.union_s, again.exposed_s) == pytest.approx((got.union_s, got.exposed_s))
+
+
+def test_overlapping_per_parameter_messages_sum_past_t_iter_but_their_union_does_not() -> None:
+    # 30 messages of 20 ms each, all in flight together in a 100 ms iteration after backward
+    n, t_iter = 30, 0.1
+    a = iterations(1, 3, warmup=1, backward=0.05, comm=0.05, period=t_iter)
+    rows = [(0, i, 4, i * t_iter + 0.05 + 0.001 * k, i * t_iter + 0.07 + 0.001 * k) for i in (1, 2) for k in range(n)]
+    a["comm_total"] = 0.02 * n
+    msgs = comm_rows(rows)
+    row = metrics.point_row(Point(), "p", a, msgs)
+    assert row["comm_share"] == pytest.approx(6.0)  # summed: 600 %
+    assert row["comm_union_share"] == pytest.approx(0.049 / t_iter)  # [50, 99] ms in flight
+    assert row["comm_exposed_share"] == pytest.approx(0.049 / t_iter)  # all of it after backward
+    assert np.isnan(np.asarray(metrics.point_row(Point(), "p", a)["comm_union_share"], dtype=float))
+
+
+def test_chunks_never_split_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = iterations(3, 50, warmup=2, backward=0.01, comm=0.01, period=0.1)
+    rows = [(r, i, 8, i * 0.1 + 0.005 + 0.002 * k, i * 0.1 + 0.015 + 0.002 * k) for r in range(3) for i in range(50)
+            for k in range(5)]  # fmt: skip
+    msgs = comm_rows(rows)
+    whole = exposure.of(a, msgs)
+    monkeypatch.setattr(exposure, "CHUNK", 7)  # chunk edges fall inside groups
+    small = exposure.of(a, msgs)
+    assert small.union_s == pytest.approx(whole.union_s) == pytest.approx(0.018)
+    assert small.exposed_s == pytest.approx(whole.exposed_s) == pytest.approx(0.013)
+    pd.testing.assert_frame_equal(small.buckets, whole.buckets)
+
+
+def test_ideal_timeline_runs_every_rank_at_median_speed(tmp_path: Path) -> None:
+    a = synchronous(4, 60, {2: {"backward": 2.0}})
+    ideal = whatif.ideal_iterations(a)
+    b = synchronous(4, 60, {})
+    assert float(np.median(metrics.step_times(ideal))) == pytest.approx(
+        float(np.median(metrics.step_times(b))), rel=0.01
+    )
+    assert (np.diff(ideal["t_start"][0]) > 0).all()  # iterations follow one another
+    np.testing.assert_allclose(ideal["t_start"][:, 1:], ideal["t_end"][:, :-1], atol=1e-12)
+    path = fabricated(tmp_path, a)
+    out = tmp_path / "ideal.json"
+    res = run_module("hpcbench.analyze", "trace", str(path), "--ideal", "-o", str(out))
+    assert res.returncode == 0, res.stderr
+    events = json.loads(out.read_text())["traceEvents"]
+    names = sorted(e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name")
+    assert names[-1] == "what-if: rank 3 (node0)" and len(names) == 8
+
+
+def test_report_writes_the_tables_and_the_headline(tmp_path: Path) -> None:
+    fabricated(tmp_path, synchronous(4, 100, {1: {"forward": 2.0}}))
+    fabricated(tmp_path, synchronous(1, 100, {}))  # one rank: no straggler to find
+    res = run_module("hpcbench.analyze", "report", str(tmp_path))
+    assert res.returncode == 0, res.stderr
+    table = pd.read_csv(tmp_path / "stragglers.csv")
+    assert {"point", "rank", "host", "phase", "excess_s", "slowest_share", "cost_pct", "whatif_t_iter_s"} <= set(table)
+    assert len(table) == 4 * len(stragglers.ROW_PHASES)
+    hosts = pd.read_csv(tmp_path / "hosts.csv", keep_default_na=False)
+    assert {"host", "points", "slowest_points", "median_excess_pct"} <= set(hosts)
+    page = (tmp_path / "report.html").read_text()
+    first = page.index('class="headline">Straggler: rank 1 on host node0 costs')
+    assert first < page.index("<h2>")
+    for title in ("Compute time per rank and iteration", "Cost of each rank", "Slow hosts across the sweep"):
+        assert f'alt="{title}"' in page
+    stats = tables.analyse(tmp_path).stats
+    assert {"comm_union_share", "comm_exposed_share"} <= set(stats)
+    assert len(np.zeros(0, dtype=COMM_DTYPE)) == 0

@@ -1,0 +1,136 @@
+"""Stragglers found in real runs: the synthetic workload with a known straggler and a real
+all-reduce between real mpirun ranks, and a PyTorch point with a CPU-bound process pinned
+beside one of its ranks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hpcbench.analysis import metrics, stragglers
+from hpcbench.store.reader import PointData
+from tests.conftest import run_sweep, spec_text
+
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
+
+# 70 ms of compute per iteration, mostly sleep (so that load on the machine cannot stretch it),
+# and two real all-reduces of 64 KiB after backward
+PHASES = {"forward_s": 0.030, "backward_s": 0.040, "comm_bytes": 65536, "comm_tensors": 2}
+SLOW_RANK, SLOW_FACTOR = 2, 1.5
+HOGS = 3  # CPU-bound processes on the victim rank's core
+
+
+def num(frame: pd.DataFrame, row: object, column: str) -> float:
+    """A number of a table (typed for mypy)."""
+    return float(np.asarray(frame.loc[row, column]))  # type: ignore[index]
+
+
+def word(frame: pd.DataFrame, row: object, column: str) -> str:
+    return str(frame.loc[row, column])  # type: ignore[index]
+
+
+def test_a_synthetic_straggler_is_named_and_its_cost_and_what_if_match_the_run_without_it(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    slow = {**PHASES, "slow_rank": SLOW_RANK, "slow_factor": SLOW_FACTOR}
+    text = spec_text("strag", {"extra": [slow, PHASES]}, framework="synthetic", backend="none", model="sleep",
+                     ranks_per_node=4, iterations=80, warmup=5)  # fmt: skip
+    points = run_sweep(write_spec, tmp_path / "out", text)
+    with_it = next(p for p in points if "slow_rank" in dict(p.point.extra))
+    without = next(p for p in points if "slow_rank" not in dict(p.point.extra))
+    # every all-reduce is a recorded message, its duration in comm_total
+    assert len(with_it.comm) == 4 * 85 * 2 and set(with_it.comm["bytes"].tolist()) == {65536}
+    rank0 = with_it.comm[with_it.comm["rank"] == 0]
+    summed = np.bincount(rank0["iteration"], weights=rank0["t_end"] - rank0["t_start"])
+    np.testing.assert_allclose(summed, with_it.iterations["comm_total"][0], atol=2e-6)
+    # the others wait for the straggler in the exchange
+    timed = metrics.timed(with_it.iterations)
+    assert np.median(timed["comm"][0]) > 0.025 > np.median(timed["comm"][SLOW_RANK])
+
+    t_with, t_without = metrics.t_iter(with_it.iterations), metrics.t_iter(without.iterations)
+    truth = 100 * (1 - t_without / t_with)  # ~33 %
+    ps = stragglers.attribute(with_it)
+    ranks = ps.ranks.set_index("rank")
+    assert int(ranks["cost_pct"].idxmax()) == SLOW_RANK
+    assert num(ranks, SLOW_RANK, "slowest_share") > 0.9
+    assert num(ranks, SLOW_RANK, "cost_pct") == pytest.approx(truth, rel=0.05)
+    assert num(ranks, SLOW_RANK, "whatif_t_iter_s") == pytest.approx(t_without, rel=0.05)
+    all_median = ps.whatif.set_index("scenario").loc["all ranks at median speed", "t_iter_s"]
+    assert all_median == pytest.approx(t_without, rel=0.05)
+    assert word(ranks, SLOW_RANK, "through") == "backward"  # +20 ms there, +15 ms in forward
+    # the messages are all exposed: they start after backward
+    shares = metrics.point_row(with_it.point, with_it.point_id, with_it.iterations, with_it.comm)
+    assert shares["comm_exposed_share"] == pytest.approx(shares["comm_union_share"], rel=0.01)
+
+
+def _workers(out: Path) -> dict[int, int]:
+    """rank -> pid of this sweep's running worker processes."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hpcbench.worker" in cmdline and any(str(out).encode() in arg for arg in cmdline):
+            for var in environ:
+                if var.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    found[int(var.split(b"=", 1)[1])] = int(entry.name)
+    return found
+
+
+def _interfere(out: Path, victim: int, stop: threading.Event, hogs: list[subprocess.Popen[bytes]]) -> None:
+    """Once the ranks run: every rank on its own core, and a CPU-bound process on the victim's core."""
+    deadline = time.monotonic() + 240
+    while not stop.is_set() and time.monotonic() < deadline:
+        pids = _workers(out)
+        if len(pids) == 2:
+            for rank, pid in pids.items():
+                subprocess.run(["taskset", "-a", "-c", "-p", str(rank), str(pid)], capture_output=True, check=True)
+            for _ in range(HOGS):
+                hogs.append(subprocess.Popen(["taskset", "-c", str(victim), sys.executable, "-c", "while True: pass"]))
+            return
+        time.sleep(0.05)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to pin two ranks apart")
+def test_a_cpu_bound_process_beside_one_rank_of_a_torch_point_is_found(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    victim, out = 1, tmp_path / "out"
+    # iterations of ~40 ms of compute: long against the head start the scheduler gives a rank
+    # that wakes from waiting in the all-reduce, so that sharing its core shows
+    text = spec_text("noisy", {"ranks_per_node": [2]}, model="lenet", batch_size=512, iterations=250, warmup=20,
+                     threads=1)  # fmt: skip
+    stop, hogs = threading.Event(), list[subprocess.Popen[bytes]]()
+    watcher = threading.Thread(target=_interfere, args=(out, victim, stop, hogs))
+    watcher.start()
+    try:
+        (point,) = run_sweep(write_spec, out, text)
+    finally:
+        stop.set()
+        watcher.join()
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert hogs, "the ranks were never seen running"
+    found = _found(point)
+    assert int(found["cost_pct"].idxmax()) == victim, found
+    assert num(found, victim, "slowest_share") > 0.6, found
+    assert num(found, victim, "excess_pct") > 10, found  # its core time-shared with the hogs
+    assert num(found, victim, "cost_pct") > 3, found
+
+
+def _found(point: PointData) -> pd.DataFrame:
+    return stragglers.attribute(point).ranks.set_index("rank")
