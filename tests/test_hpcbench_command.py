@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -49,3 +51,18 @@ def test_errors_name_the_command_used(tmp_path: Path) -> None:
     res = run_module("hpcbench", "commbench", "--sizes", "nonsense")
     assert res.returncode == 2
     assert res.stderr.startswith("hpcbench commbench: error: --sizes:")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    # `hpcbench analyze DIR | head`: the pipe closes before everything is written.
+    code = (
+        "import sys; from hpcbench.cli.pipes import quiet_on_closed_pipe\n"
+        "def main() -> int:\n    print('row\\n' * 200000)\n    return 0\n"
+        "sys.exit(quiet_on_closed_pipe(main)())"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the command writes
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141
+    assert "Traceback" not in err and "BrokenPipeError" not in err

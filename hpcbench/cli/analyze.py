@@ -26,6 +26,7 @@ from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.cli import textable
+from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.atomic import write_text_atomic
@@ -107,6 +108,7 @@ def _fraction(text: str) -> float:
     return value
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
     """The analysis commands; `prog` names the command in usage and error lines."""
     args_list = list(sys.argv[1:] if argv is None else argv)

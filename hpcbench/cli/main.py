@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from hpcbench.cli.pipes import quiet_on_closed_pipe
+
 PROG = "hpcbench"
 
 
@@ -80,6 +82,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     by_name = {cmd.name: cmd for cmd in SUBCOMMANDS}

@@ -22,6 +22,7 @@ import pandas as pd
 
 from hpcbench.analysis import forecast, forecast_spec
 from hpcbench.cli import textable
+from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, SpecError, one_line
 from hpcbench.sweepdir.atomic import write_text_atomic
 
@@ -76,6 +77,7 @@ def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO) ->
     return 0
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
     p = argparse.ArgumentParser(prog=prog or PROG, description="Predict iteration time, throughput and efficiency.")
     p.add_argument("target", help="a prediction file (YAML) or a sweep directory")

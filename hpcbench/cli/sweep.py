@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hpcbench.cli import textable
+from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.executors import EXECUTORS, Executor, catalog
 from hpcbench.frameworks import FRAMEWORKS
@@ -255,6 +256,7 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+@quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
     """The sweep commands; `prog` names the command in usage and error lines (default
     `python -m hpcbench.sweep`, as `hpcbench` itself passes "hpcbench")."""
