@@ -128,7 +128,10 @@ def test_a_cpu_bound_process_beside_one_rank_of_a_torch_point_is_found(
     found = _found(point)
     assert int(found["cost_pct"].idxmax()) == victim, found
     assert num(found, victim, "slowest_share") > 0.6, found
-    assert num(found, victim, "excess_pct") > 10, found  # its core time-shared with the hogs
+    # Its core is time-shared with the hogs, but by how much the scheduler decides (8-30 % seen
+    # on a loaded machine): what is known is that the victim's excess is the largest.
+    assert num(found, victim, "excess_pct") > 0, found
+    assert int(found["excess_pct"].idxmax()) == victim, found
     assert num(found, victim, "cost_pct") > 3, found
 
 
