@@ -11,7 +11,8 @@ b = t_start + data + h2d + forward + backward of the iteration row:
   and how long the exposed part of each lasted.
 
 `comm_union_share` and `comm_exposed_share` are the mean over ranks and timed iterations of
-those unions divided by t_iter. Vectorised, in chunks of messages that hold whole (rank,
+those unions divided by t_iter. On a point of more than SAMPLE_ITERATIONS timed iterations,
+over every k-th of them (timed.py). Vectorised, in chunks of messages that hold whole (rank,
 iteration) groups: one stable sort by group (none when the table is in order already, as
 written in one block), a running maximum per chunk, and a hash of the (op, name) bytes for
 the buckets (sorting ten million names would take seconds).
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+
+from hpcbench.analysis.timed import SAMPLE_ITERATIONS, columns_of, timed_columns
 
 BUCKET_COLUMNS = ["point", "op", "bucket", "messages", "bytes", "mean_s", "hidden_share", "exposed_mean_s",
                   "exposed_share"]  # fmt: skip
@@ -194,11 +197,24 @@ def measure(
 
 
 def of(iterations: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bool = True) -> Exposure:
-    """The exposure of a point from its whole iteration array (warm-up included) and messages."""
-    columns = np.flatnonzero(~iterations["warmup"].any(axis=0))
-    if columns.size and columns[-1] - columns[0] + 1 == columns.size:  # one block: a view, no copy
-        return measure(iterations[:, columns[0] : columns[-1] + 1], columns, comm, buckets, union)
-    return measure(iterations[:, columns], columns, comm, buckets, union)
+    """The exposure of a point from its whole iteration array (warm-up included) and messages,
+    over at most SAMPLE_ITERATIONS evenly spaced timed iterations (timed.py)."""
+    columns = timed_columns(iterations, SAMPLE_ITERATIONS)
+    if columns.size < timed_columns(iterations).size:
+        comm = messages_of(comm, columns)
+    return measure(columns_of(iterations, columns), columns, comm, buckets, union)
+
+
+def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """The messages of the iterations `columns` (in their order): one read of the iteration
+    field out of the records, then one gather of the rows kept."""
+    if len(comm) == 0 or columns.size == 0:
+        return comm[:0]
+    wanted = np.zeros(int(columns[-1]) + 3, dtype=bool)  # index i + 1 for iteration i; 0 and the last: out
+    wanted[columns + 1] = True
+    it = comm["iteration"].astype(np.int64)  # contiguous: the passes below stay in the cache
+    it += 1
+    return np.asarray(comm[np.take(wanted, it, mode="clip")])
 
 
 def _chunk_unions(

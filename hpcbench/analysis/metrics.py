@@ -14,6 +14,7 @@ import pandas as pd
 
 from hpcbench.analysis import exposure
 from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, point_warnings
+from hpcbench.analysis.timed import columns_of, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.schema import COMPUTE_PHASES, PHASES
 
@@ -22,10 +23,7 @@ __all__ = ["CV_WARNING", "MIN_TIMED"]
 
 def timed(iterations: np.ndarray) -> np.ndarray:
     """The non-warm-up iterations (a column is warm-up if any rank flagged it)."""
-    keep = np.flatnonzero(~iterations["warmup"].any(axis=0))
-    if keep.size and keep[-1] - keep[0] + 1 == keep.size:  # one block (warm-up first): a view, no copy
-        return iterations[:, keep[0] : keep[-1] + 1]
-    return iterations[:, keep]
+    return columns_of(iterations, timed_columns(iterations))  # one block (warm-up first): a view
 
 
 def step_times(iterations: np.ndarray) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Why is it slow: straggler attribution per rank and phase, the what-if replay, slow hosts.
 
-Per point (timed iterations only; definitions in docs/stragglers.md):
+Per point (timed iterations only, at most SAMPLE_ITERATIONS of them: timed.py; definitions in
+docs/stragglers.md):
 
 - per rank and phase (data, h2d, forward, backward, update, comm = time in the exchange
   after backward, and compute = the five compute phases): the rank's median over iterations,
@@ -27,13 +28,13 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import exposure, metrics, whatif
+from hpcbench.analysis.timed import SAMPLE_ITERATIONS, columns_of, timed_columns
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
 
 PHASES = (*COMPUTE_PHASES, "comm")  # comm: time in the exchange after backward, waiting included
 ROW_PHASES = (*PHASES, "compute")
 HEADLINE_COST_PCT = 5.0
-MEDIAN_ITERATIONS = 2000  # a rank's median phase time is over at most this many evenly spaced iterations
 HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
 
 STRAGGLER_COLUMNS = [
@@ -92,25 +93,24 @@ def _block_mean(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
 
 @dataclass
 class _Arrays:
-    """The timed iterations of a point as contiguous per-phase arrays (float32 durations)."""
+    """The timed iterations of a point (at most SAMPLE_ITERATIONS of them, evenly spaced) as
+    contiguous per-phase arrays (float32 durations)."""
 
     phase: dict[str, np.ndarray]
     compute: np.ndarray
     duration: np.ndarray  # float64
     timed: np.ndarray
-    columns: np.ndarray  # iteration index of each timed column
-    stride: int  # medians over ranks' iterations take every stride-th one (at most MEDIAN_ITERATIONS)
+    columns: np.ndarray  # iteration index of each column (the timed ones, or a sample: timed.py)
 
     @classmethod
     def of(cls, iterations: np.ndarray) -> _Arrays:
-        columns = np.flatnonzero(~iterations["warmup"].any(axis=0))
-        timed = metrics.timed(iterations)
+        columns = timed_columns(iterations, SAMPLE_ITERATIONS)
+        timed = columns_of(iterations, columns)
         phase = {p: timed[p].astype(np.float32) for p in PHASES}
         compute = phase[COMPUTE_PHASES[0]].copy()
         for p in COMPUTE_PHASES[1:]:
             compute += phase[p]
-        stride = max(1, -(-timed.shape[1] // MEDIAN_ITERATIONS))
-        return cls(phase, compute, np.asarray(timed["t_end"] - timed["t_start"]), timed, columns, stride)
+        return cls(phase, compute, np.asarray(timed["t_end"] - timed["t_start"]), timed, columns)
 
 
 def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -136,8 +136,8 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     hosts = p.hostnames[:n_ranks] + ["?"] * max(0, n_ranks - len(p.hostnames))
     rank_ids = p.ranks["rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.arange(n_ranks)
     local = p.ranks["local_rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.zeros(n_ranks, dtype=int)
-    typical = {ph: whatif.row_median(a.phase[ph][:, :: a.stride]) for ph in PHASES}
-    typical["compute"] = whatif.row_median(a.compute[:, :: a.stride])
+    typical = {ph: whatif.row_median(a.phase[ph]) for ph in PHASES}
+    typical["compute"] = whatif.row_median(a.compute)
     slowest, excess, relative, through = _per_iteration(a)
     count = np.bincount(slowest, minlength=n_ranks)
     share = count / max(n, 1)
@@ -161,7 +161,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
         "whatif_t_iter_s": without,
     })  # fmt: skip
     rows = _rows(p.point_id, ranks, typical, t_iter)
-    buckets = (measured or exposure.measure(a.timed, a.columns, p.comm, union=False)).buckets.copy()
+    buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).buckets.copy()
     buckets.insert(0, "point", p.point_id)
     return PointStragglers(p.point_id, p.point.label(), ranks, rows, _scenarios(p, replay, ranks, t_iter), buckets,
                            _block_mean(a.compute, HEAT_RANKS, HEAT_ITERATIONS), t_iter)  # fmt: skip

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from hpcbench.analysis import exposure, metrics, stragglers, tables, whatif
+from hpcbench.analysis.timed import SAMPLE_ITERATIONS, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
 from hpcbench.store.schema import COMM_DTYPE
@@ -168,6 +169,32 @@ def test_chunks_never_split_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
     assert small.union_s == pytest.approx(whole.union_s) == pytest.approx(0.018)
     assert small.exposed_s == pytest.approx(whole.exposed_s) == pytest.approx(0.013)
     pd.testing.assert_frame_equal(small.buckets, whole.buckets)
+
+
+def test_long_points_are_measured_on_evenly_spaced_iterations(tmp_path: Path) -> None:
+    # 2 ranks x 5,001 iterations (1 warm-up): 5,000 timed, so every 3rd one (1,667 <= 2,000);
+    # each iteration a hidden message [0.01, 0.02] and an exposed one [0.05, 0.08] (backward ends at 0.04)
+    n = 5001
+    a = iterations(2, n, warmup=1, forward=0.02, backward=0.02, comm=0.03, update=0.0, period=0.1)
+    rows = [(r, i, 8, i * 0.1 + lo, i * 0.1 + hi) for r in range(2) for i in range(n) for lo, hi in
+            ((0.01, 0.02), (0.05, 0.08))]  # fmt: skip
+    msgs = comm_rows(rows)
+    msgs["name"] = np.tile([b"hidden", b"exposed"], len(rows) // 2)
+    sample = timed_columns(a, SAMPLE_ITERATIONS)
+    assert len(sample) == 1667 and sample[0] == 1 and set(np.diff(sample)) == {3}
+    chosen = exposure.messages_of(msgs, sample)
+    assert len(chosen) == 2 * 2 * len(sample) and set(chosen["iteration"]) == set(sample.tolist())
+    got = exposure.of(a, msgs)
+    assert got.union_s == pytest.approx(0.04) and got.exposed_s == pytest.approx(0.03)
+    buckets = got.buckets.set_index("bucket")
+    assert num(buckets, "hidden", "messages") == 2 * len(sample)  # the sample's messages, not all 10,000
+    assert num(buckets, "hidden", "hidden_share") == 1.0 and num(buckets, "exposed", "exposed_share") == 1.0
+    # the attribution on the same sample still names an injected straggler
+    slow = synchronous(4, n, {1: {"backward": 1.5}})
+    slow["warmup"][:, 0] = 1
+    ps = stragglers.attribute(read_point(fabricated(tmp_path, slow)))
+    assert int(ps.ranks["slowest_share"].to_numpy().argmax()) == 1
+    assert ps.ranks["slowest_iterations"].sum() == len(timed_columns(slow, SAMPLE_ITERATIONS))
 
 
 def test_ideal_timeline_runs_every_rank_at_median_speed(tmp_path: Path) -> None:
