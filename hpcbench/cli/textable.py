@@ -1,4 +1,4 @@
-"""Plain-text tables for terminals and logs, laid out by rich (docs/terminal.md says why rich).
+"""Plain-text tables for terminals and logs, laid out by rich (docs/libraries.md says why rich).
 
 The table is rendered without borders or colour into a string, so the same text goes to a
 terminal, a log file or a pipe, and callers print it where their other output goes.
