@@ -136,6 +136,8 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        if not self.low <= self.high:  # NaN: no interval (a metric undefined, e.g. zero step times)
+            return "undefined"
         if self.regressed:
             return "REGRESSION"
         if self.significantly_worse:

@@ -6,6 +6,7 @@ significant but within a 5 % threshold, exit 0. Bad input: exit 2 with a one-lin
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from html.parser import HTMLParser
@@ -167,6 +168,29 @@ def test_unmatched_configurations_and_ignored_fields_are_listed(sweeps: dict[str
         assert f"{name} (" in ignored_line
 
 
+def test_ignore_leaves_a_field_out_of_matching(tmp_path: Path) -> None:
+    """The new sweep sets an environment variable: its configuration matches only once `environ`
+    is ignored too; one run per sweep gets its note."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    rng = np.random.default_rng(5)
+    plain = point_of("lenet", 2, 1, "old")
+    tuned = dataclasses.replace(point_of("lenet", 2, 1, "new"), environ=(("NCCL_ALGO", "Ring"),))
+    write_point_file(old / f"{plain.id}.h5", plain, noisy(2, 0.05, rng, NOISE, 0.0))
+    write_point_file(new / f"{tuned.id}.h5", tuned, noisy(2, 0.05, rng, NOISE, 0.0))
+    apart = cmp.compare(old, new)
+    assert not apart.rows and len(apart.only_baseline) == len(apart.only_new) == 1
+    code, _ = run_cli(old, new)
+    assert code == 2
+    together = cmp.compare(old, new, ignore=["environ"])
+    (row,) = together.rows
+    assert row.low <= 1 <= row.high
+    assert "environ" in together.ignored
+    assert any("one run in a sweep" in note for note in together.notes)
+    assert run_cli(old, new, "--ignore", "environ")[0] == 0
+
+
 def test_provenance_differences_are_listed_without_job_ids(sweeps: dict[str, Path]) -> None:
     c = cmp.compare(sweeps["baseline"], sweeps["same"])
     diffs = {d.key: (d.baseline, d.new) for d in c.provenance}
@@ -321,3 +345,17 @@ def test_resampled_medians_follow_the_exact_resampling_distribution(steps: list[
     assert set(seen.index) <= set(exact.index)
     gap = (seen.reindex(exact.index, fill_value=0.0) - exact).abs().max()
     assert gap < 0.01, f"largest gap {gap:.4f}"
+
+
+def test_an_undefined_metric_is_no_verdict(tmp_path: Path) -> None:
+    """Zero step times: throughput is undefined (NaN), so is the interval; never "no change"."""
+    for name in ("old", "new"):
+        (tmp_path / name).mkdir()
+        point = point_of("lenet", 2, 1, name)
+        write_point_file(tmp_path / name / f"{point.id}.h5", point, iterations(2, 12, warmup=2))
+    c = cmp.compare(tmp_path / "old", tmp_path / "new")
+    (row,) = c.rows
+    assert math.isnan(row.ratio) and math.isnan(row.low)
+    assert row.verdict == "undefined" and not row.significant and not row.regressed
+    assert run_cli(tmp_path / "old", tmp_path / "new")[0] == 0
+    assert cmp.compare(tmp_path / "old", tmp_path / "new", metric="t_iter").rows[0].verdict == "undefined"
