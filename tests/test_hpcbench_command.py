@@ -14,7 +14,8 @@ from tests.conftest import ROOT, run_module, spec_text
 def test_help_lists_every_subcommand() -> None:
     res = run_module("hpcbench", "--help")
     assert res.returncode == 0
-    for name in ("run", "status", "resume", "cancel", "check", "analyze", "report", "trace", "commbench"):
+    for name in ("run", "status", "resume", "cancel", "check", "analyze", "report", "trace", "commbench", "predict",
+                 "compare"):  # fmt: skip
         assert name in {cmd.name for cmd in SUBCOMMANDS}
         assert f"\n    {name}" in res.stdout, res.stdout
 

@@ -1,4 +1,4 @@
-"""`hpcbench` (also `python -m hpcbench`): one command, its subcommands from three families.
+"""`hpcbench` (also `python -m hpcbench`): one command, its subcommands from families of modules.
 
     hpcbench run SPEC.yaml [--out DIR] [--dry-run]    plan, then run or submit a sweep
     hpcbench status DIR [--wait]                      every point's state
@@ -8,14 +8,18 @@
     hpcbench report DIR [--target-accuracy F]         report.html, report.md and CSV tables
     hpcbench trace POINT.h5 -o TRACE.json             Chrome-trace / Perfetto JSON of one point
     hpcbench commbench [--sizes ...]                  collective micro-benchmark (on every rank)
+    hpcbench predict FILE.yaml | DIR --nodes 8,16   predicted scaling from your numbers or a sweep
+    hpcbench compare BASE_DIR NEW_DIR [--threshold 5] what got slower between two sweeps, and is it real
 
-Each family keeps its own `python -m` entry point (`hpcbench.sweep`, `hpcbench.analyze`,
-`hpcbench.commbench`); this module only routes.
+A family is a module of `hpcbench.cli` with a `main(argv, out, prog=...)`; the sweep,
+analysis and commbench families keep their own `python -m` entry points (`hpcbench.sweep`,
+`hpcbench.analyze`, `hpcbench.commbench`). This module only routes.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,26 +49,15 @@ SUBCOMMANDS = (
     Subcommand("trace", "Chrome-trace / Perfetto JSON of one point file", "analyze", ("trace",)),
     Subcommand("commbench", "all-reduce time and bandwidth over message sizes (run on every rank)", "commbench", ()),
     Subcommand("predict", "predicted scaling from a YAML description or a measured sweep", "predict", ()),
+    Subcommand("compare", "what got slower between two sweeps of the same spec, and is it real", "compare", ()),
 )
 
 
 def _family(name: str) -> Callable[..., int]:
     """The family's `main`, imported only when used (analysis needs pandas, commbench MPI)."""
-    if name == "sweep":
-        from hpcbench.cli import sweep
-
-        return sweep.main
-    if name == "analyze":
-        from hpcbench.cli import analyze
-
-        return analyze.main
-    if name == "predict":
-        from hpcbench.cli import predict
-
-        return predict.main
-    from hpcbench.cli import commbench
-
-    return commbench.main
+    module = importlib.import_module(f"hpcbench.cli.{name}")
+    main: Callable[..., int] = module.main
+    return main
 
 
 def parser() -> argparse.ArgumentParser:

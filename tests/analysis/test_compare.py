@@ -263,7 +263,7 @@ def test_csv_md_and_html_parse(sweeps: dict[str, Path], tmp_path: Path) -> None:
 
 def test_a_real_subprocess_exits_1_and_writes_the_file(sweeps: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "compare.txt"
-    res = run_module("hpcbench.cli.compare", str(sweeps["baseline"]), str(sweeps["slower"]), "-o", str(out))
+    res = run_module("hpcbench", "compare", str(sweeps["baseline"]), str(sweeps["slower"]), "-o", str(out))
     assert res.returncode == 1, res.stderr
     assert label(*SLOWED) in res.stdout.splitlines()[-1]
     assert "REGRESSION" in out.read_text()
