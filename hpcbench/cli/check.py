@@ -24,6 +24,10 @@ def _works(error: str | None, detail: str = "") -> str:
     return f"works: {detail}" if detail else "works"
 
 
+def _gather(error: str) -> str:
+    return f"no (gather writer): {error}"
+
+
 def render(report: Report, indent: str = "  ") -> str:
     """The report as text: a framework x backend x launcher table, then the other items."""
     notes: list[str] = []
@@ -38,7 +42,10 @@ def render(report: Report, indent: str = "  ") -> str:
     extra = [(f"import {m}", _works(item["error"], item["detail"])) for m, item in report["libraries"].items()]
     extra += [(f"launcher {la}", _works(report["launchers"][la])) for la in launchers]
     extra += [(f"module {name}", f"no: does not import: {error}") for name, error in report["broken_modules"].items()]
-    for name, item in (("parallel HDF5", report["hdf5"]), ("NVML", report["nvml"]), ("BLAS", report["blas"])):
+    hdf5 = report["hdf5"]
+    # without parallel HDF5 the points still run: their files are written by the gather writer
+    extra.append(("parallel HDF5", _works(None, hdf5["detail"]) if hdf5["error"] is None else _gather(hdf5["error"])))
+    for name, item in (("build record", report["build"]), ("NVML", report["nvml"]), ("BLAS", report["blas"])):
         extra.append((name, _works(item["error"], item["detail"])))
     lines = [textable.render(rows, indent=indent)]
     lines += [f"{indent}{name:<{max(len(n) for n, _ in extra)}}  {text}" for name, text in extra]

@@ -2,7 +2,9 @@
 
 Probes every framework x backend of the registry (`Framework.unavailable`), every launcher
 (its program on PATH, its modules), which launcher can start which framework x backend
-(`check_point` of both), parallel HDF5, NVML and the BLAS libraries threadpoolctl sees.
+(`check_point` of both), parallel HDF5 (without it the ranks use the gather writer), whether
+the MPI and HDF5 libraries loaded are the ones the environment was built against (its build
+record, hpcbench.rank.linkage), NVML and the BLAS libraries threadpoolctl sees.
 Each entry is "works" (error None, with a short detail) or the reason it does not.
 
 `python -m hpcbench.sweep check` runs this module once in each environment's interpreter, so
@@ -31,7 +33,7 @@ from typing import TypedDict
 
 from hpcbench.errors import HpcbenchError, one_line
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2  # 2: the build item
 MAX_REASON = 300  # characters of a reason kept (import errors can be long)
 # Distributions whose versions are reported (read from metadata: nothing is imported).
 DISTRIBUTIONS = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "mxnet", "horovod", "h5py", "mpi4py")
@@ -61,7 +63,8 @@ class Report(TypedDict):
     launchers: dict[str, str | None]  # launcher -> error
     cells: list[Cell]
     libraries: dict[str, Item]  # module -> import result (version, or Horovod's controllers)
-    hdf5: Item
+    hdf5: Item  # error: why point files are written by the gather writer
+    build: Item  # the loaded MPI and HDF5 against the environment's build record
     nvml: Item
     blas: Item
 
@@ -113,8 +116,24 @@ def hdf5() -> Item:
     config = h5py.get_config()
     detail = f"h5py {h5py.__version__}, HDF5 {'.'.join(map(str, h5py.version.hdf5_version_tuple))}"
     if not config.mpi:
-        return {"error": f"{detail} built without MPI (envs/lib.sh builds it with parallel HDF5)", "detail": ""}
+        why = (
+            "built without MPI: rank 0 writes every point file (envs/setup.sh uses a parallel HDF5 where it finds one)"
+        )
+        return {"error": f"{detail} {why}", "detail": ""}
     return {"error": None, "detail": detail + ", MPI ('mpio' driver)"}
+
+
+def build() -> Item:
+    """The MPI and HDF5 libraries this interpreter loads against its build record."""
+    from hpcbench.rank import linkage
+
+    path = linkage.record_path()
+    if not path.is_file():
+        return {"error": None, "detail": f"nothing to compare: no build record at {path} (envs/setup.sh writes one)"}
+    reason = linkage.mismatch(path)
+    if reason is not None:
+        return {"error": reason, "detail": ""}  # whole: it names both libraries
+    return {"error": None, "detail": f"the MPI and HDF5 loaded are those of {path}"}
 
 
 def nvml() -> Item:
@@ -215,6 +234,7 @@ def probe() -> Report:
         "cells": cells,
         "libraries": {m: _guarded(partial(library, m)) for m in LIBRARIES if _installed(m)},
         "hdf5": _guarded(hdf5),
+        "build": _guarded(build),
         "nvml": nvml_item,
         "blas": _guarded(blas),  # last: sees the BLAS libraries the frameworks loaded
     }
@@ -265,11 +285,11 @@ def survey() -> list[tuple[str, Report | str]]:
     for label, python, _ in targets:
         name = label.removeprefix("env ")
         if python is None:
-            results.append((label, f"not built: bash envs/build.sh {name} (looked in {envs.envs_dir() / name})"))
+            results.append((label, f"not built: {envs.build_command(name)} (looked in {envs.envs_dir() / name})"))
             continue
         result = futures[label].result()
         if isinstance(result, str) and name in envs.NAMES:
-            result += f" (rebuild: bash envs/build.sh {name})"
+            result += f" (rebuild: {envs.build_command(name)})"
         results.append((label, result))
     return results
 

@@ -7,12 +7,17 @@ is `$HPCBENCH_ENVS_DIR`; else `.envs/` of the source checkout hpcbench runs from
 envs/build.sh puts them); else, for an installed package, the user's data directory
 (`$XDG_DATA_HOME/hpcbench/envs`, default `~/.local/share/hpcbench/envs`). A point without
 `env` runs in the interpreter that runs the sweep.
+
+envs/build.sh is part of the source, not of the installed package: an installed hpcbench
+names the command to run in a checkout, with HPCBENCH_ENVS_DIR set to where it looks
+(`build_command`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -27,10 +32,22 @@ NAMES = ("modern", "legacy")
 def envs_dir() -> Path:
     if os.environ.get("HPCBENCH_ENVS_DIR"):
         return Path(os.environ["HPCBENCH_ENVS_DIR"])
-    if (ROOT / "envs" / "build.sh").is_file():  # running from a source checkout
+    if in_checkout():
         return ROOT / ".envs"
     data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(data) / "hpcbench" / "envs"
+
+
+def in_checkout() -> bool:
+    """True when hpcbench runs from a source checkout (envs/build.sh beside the package)."""
+    return (ROOT / "envs" / "build.sh").is_file()
+
+
+def build_command(name: str) -> str:
+    """The command that builds environment `name` where envs_dir() will find it."""
+    if in_checkout():
+        return f"bash envs/build.sh {name}"
+    return f"HPCBENCH_ENVS_DIR={shlex.quote(str(envs_dir()))} bash envs/build.sh {name} (in a source checkout)"
 
 
 def python(name: str | None) -> Path:
@@ -41,7 +58,7 @@ def python(name: str | None) -> Path:
         raise HpcbenchError(f"unknown environment {name!r}; known: {', '.join(NAMES)}")
     exe = envs_dir() / name / "bin" / "python"
     if not exe.exists():
-        raise HpcbenchError(f"environment {name!r} is not built ({exe} missing): bash envs/build.sh {name}")
+        raise HpcbenchError(f"environment {name!r} is not built ({exe} missing): {build_command(name)}")
     return exe
 
 
