@@ -1,0 +1,94 @@
+"""Parquet files of a sweep: one per table, written point by point.
+
+Each table has one open `ParquetWriter`; a point's rows are converted and written in chunks
+of at most CHUNK_ROWS rows (one row group each), so memory holds one point and one chunk,
+whatever the sweep's size. The tables of one point are written by parallel threads (Arrow
+encodes and compresses outside the GIL). zstd throughout; the encodings are the columns'
+(schemas.py). `points.parquet`, one row per point, is written at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+from hpcbench.analysis import tables
+from hpcbench.analysis.export import schemas
+from hpcbench.analysis.export.columns import Column, schema, writer_options
+from hpcbench.store import schema as store_schema
+from hpcbench.store.reader import PointData
+
+TABLES: dict[str, tuple[Column, ...]] = {
+    "points": schemas.POINTS,
+    "iterations": schemas.ITERATIONS,
+    "messages": schemas.MESSAGES,
+    "resources": schemas.RESOURCES,
+    "evaluations": schemas.EVALUATIONS,
+    "ranks": schemas.RANKS,
+}
+FILES = tuple(f"{name}.parquet" for name in TABLES)
+
+_CHUNKS: dict[str, Callable[[PointData], Iterator[Any]]] = {
+    "iterations": schemas.iteration_chunks,
+    "messages": schemas.message_chunks,
+    "resources": schemas.resource_chunks,
+    "evaluations": schemas.evaluation_chunks,
+    "ranks": schemas.rank_chunks,
+}
+
+
+def _without_arrays(p: PointData) -> PointData:
+    """`p` with its ranks and attributes, its large arrays emptied (what the points table reads)."""
+    return dataclasses.replace(
+        p,
+        iterations=np.zeros((p.iterations.shape[0], 0), dtype=store_schema.ITERATION_DTYPE),
+        comm=p.comm[:0].copy(),
+        resources=p.resources[:0].copy(),
+        eval=p.eval[:0].copy(),
+    )
+
+
+def _writer(path: Path, columns: tuple[Column, ...]) -> Any:
+    return pq.ParquetWriter(path, schema(columns), **writer_options(columns))
+
+
+class ParquetExport:
+    """The Parquet files of one export, in `directory` (the staging folder)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.rows = dict.fromkeys(TABLES, 0)
+        self._points: list[PointData] = []  # the points without their arrays, for points.parquet
+        self._writers = {name: _writer(directory / f"{name}.parquet", TABLES[name]) for name in _CHUNKS}
+
+    def jobs(self, p: PointData) -> list[Callable[[], None]]:
+        """The work of adding point `p` (one job per table, to run in parallel)."""
+        self._points.append(_without_arrays(p))
+        return [functools.partial(self._write, name, p) for name in _CHUNKS]
+
+    def _write(self, name: str, p: PointData) -> None:
+        writer = self._writers[name]
+        for chunk in _CHUNKS[name](p):
+            writer.write_table(chunk)
+            self.rows[name] += chunk.num_rows
+
+    def close(self) -> list[Path]:
+        """Write points.parquet, close every file; the files written."""
+        for writer in self._writers.values():
+            writer.close()
+        analysed = tables.points_table(self._points).to_dict("records")  # the analysis' points table
+        rows = [schemas.points_row(p, row) for p, row in zip(self._points, analysed, strict=True)]
+        table = schemas.points_table(rows)
+        pq.write_table(table, self.directory / "points.parquet", **writer_options(schemas.POINTS))
+        self.rows["points"] = table.num_rows
+        return [self.directory / name for name in FILES]
+
+    def abort(self) -> None:
+        for writer in self._writers.values():
+            writer.close()

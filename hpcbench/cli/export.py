@@ -1,0 +1,72 @@
+"""`hpcbench export`: a sweep's results for other tools (docs/export.md).
+
+    hpcbench export SWEEP_DIR [--format parquet,mllog,json] [-o DIR]
+
+Writes, into DIR (default SWEEP_DIR/export/): `points.parquet`, `iterations.parquet`,
+`messages.parquet`, `resources.parquet`, `evaluations.parquet` and `ranks.parquet`
+(parquet); `mllog/<point>.log`, MLPerf-style `:::MLLOG` lines (mllog); `summary.json`,
+every metric of every point (json). All three formats unless `--format` names some
+(repeated, or as a comma list). Exit status 0, or 2 for bad input (a missing directory,
+no complete point, an unknown format, an output file that exists already) with one line
+saying what was wrong; nothing is written then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from hpcbench.analysis.export import FORMATS, export_sweep
+from hpcbench.cli.pipes import quiet_on_closed_pipe
+from hpcbench.errors import HpcbenchError, one_line
+
+PROG = "hpcbench export"
+HELP = "Parquet tables, MLPerf-style logs and a JSON summary of a sweep"
+
+
+def run(directory: Path, formats: list[str], output: Path | None, out: TextIO) -> int:
+    result = export_sweep(directory, formats or list(FORMATS), output)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for path in result.files:
+        if path.suffix == ".parquet":
+            print(f"wrote {path} ({result.rows.get(path.stem, 0):,} rows)", file=out)
+        elif path.suffix != ".log":
+            print(f"wrote {path}", file=out)
+    logs = [path for path in result.files if path.suffix == ".log"]
+    if logs:
+        print(f"wrote {logs[0].parent}/ ({len(logs)} logs, one per point)", file=out)
+    print(f"exported {result.points} points ({', '.join(result.formats)}) to {result.out}", file=out)
+    return 0
+
+
+@quiet_on_closed_pipe
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
+    p = argparse.ArgumentParser(prog=prog or PROG, description=f"{HELP}.")
+    p.add_argument("dir", metavar="SWEEP_DIR", help="sweep directory (holding <point>.h5 files)")
+    p.add_argument(
+        "-f",
+        "--format",
+        action="append",
+        default=[],
+        metavar="FORMAT",
+        help=f"{', '.join(FORMATS)}, or several as a comma list or repeated (default: all)",
+    )
+    p.add_argument("-o", "--output", type=Path, help="output directory (default: SWEEP_DIR/export)")
+    p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
+    args = p.parse_args(argv)
+    try:
+        return run(Path(args.dir), args.format, args.output, out)
+    except HpcbenchError as exc:
+        if args.verbose:
+            traceback.print_exc()
+        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
