@@ -15,7 +15,7 @@ def test_help_lists_every_subcommand() -> None:
     res = run_module("hpcbench", "--help")
     assert res.returncode == 0
     for name in ("run", "status", "resume", "cancel", "check", "analyze", "report", "trace", "commbench", "predict",
-                 "compare"):  # fmt: skip
+                 "compare", "export"):  # fmt: skip
         assert name in {cmd.name for cmd in SUBCOMMANDS}
         assert f"\n    {name}" in res.stdout, res.stdout
 

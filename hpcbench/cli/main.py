@@ -10,6 +10,7 @@
     hpcbench commbench [--sizes ...]                  collective micro-benchmark (on every rank)
     hpcbench predict FILE.yaml | DIR --nodes 8,16   predicted scaling from your numbers or a sweep
     hpcbench compare BASE_DIR NEW_DIR [--threshold 5] what got slower between two sweeps, and is it real
+    hpcbench export DIR [--format parquet,mllog,json] Parquet tables, :::MLLOG lines, summary.json
 
 A family is a module of `hpcbench.cli` with a `main(argv, out, prog=...)`; the sweep,
 analysis and commbench families keep their own `python -m` entry points (`hpcbench.sweep`,
@@ -50,6 +51,7 @@ SUBCOMMANDS = (
     Subcommand("commbench", "all-reduce time and bandwidth over message sizes (run on every rank)", "commbench", ()),
     Subcommand("predict", "predicted scaling from a YAML description or a measured sweep", "predict", ()),
     Subcommand("compare", "what got slower between two sweeps of the same spec, and is it real", "compare", ()),
+    Subcommand("export", "a sweep's results as Parquet, MLPerf-style logs and JSON", "export", ()),
 )
 
 
