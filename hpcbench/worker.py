@@ -3,7 +3,9 @@
 Reads its rank from the launcher's environment, sets up the framework, creates the shared
 point file with its peers, runs the phase-timed loop, and writes its rows in blocks. An
 exception on any rank ends the whole job (MPI_Abort, or exit under torchrun, whose agent
-then stops the other ranks), so a failing point never hangs.
+then stops the other ranks), so a failing point never hangs. Told to stop (SIGTERM, SIGINT,
+SIGUSR1/2), the ranks finish the iteration in progress, agree on a common one to stop at
+(rank/stop.py), write every row, mark the file `stopped` and exit with stop.EXIT_CODE.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hpcbench.rank import env as rankenv
 from hpcbench.rank import provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.rank.failures import describe, write_account
+from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.rank.watchdog import Watchdog
 from hpcbench.store import schema
 from hpcbench.store.status import result_status
@@ -203,11 +206,19 @@ class PointRun:
         fail_at, fault = injected_fault(comm.rank)
         stall_limit = self.spec.options.stall_timeout_s
         watchdog = Watchdog(stall_limit, comm, point.id) if stall_limit else None
+        self.signals = StopSignals()
+        self.stop = stop = Stop(self.n_iterations, comm, self.signals)  # collective
+        if stop.available:  # else (no MPI between ranks) a signal ends the rank as it always did
+            self.signals.install()
+            stop.start()
         comm.barrier()  # everyone starts the timed loop together
         if watchdog is not None:
             watchdog.start()
         self.evals.begin()
         for i in range(self.n_iterations):
+            stop.current = i  # the stop's only costs in a step: this store and the check below
+            if stop.pending and not stop.may_start(i):
+                break
             if i == fail_at:
                 _stall_or_raise(comm.rank, i, fault)
             rec.start(warmup=i < point.warmup)
@@ -220,32 +231,46 @@ class PointRun:
                 self.flush()
             if watchdog is not None:
                 watchdog.beat(i)
-        if not steps:
+        self.ran = stop.finish()  # every rank ran this many: all, or up to the agreed stop
+        if not steps and self.ran == self.n_iterations:
             self.evals.run(0, self.n_iterations)
         if watchdog is not None:
             watchdog.stop()
 
-    def finish(self) -> None:
+    def finish(self) -> int:
+        """Write the last rows, the status and close; the exit code (0, or EXIT_CODE if stopped)."""
         self.sampler.stop()
         self.flush()  # the last iterations and samples
-        self.writer.close(schema.STATUS_COMPLETE)
+        self.stop.close()
+        p, kind, comm = self.point, self.writer.kind, self.comm
+        assert comm is not None
+        if self.ran == self.n_iterations:
+            self.writer.close(schema.STATUS_COMPLETE)
+            what, code = "complete", 0
+        else:
+            reason = reason_for(self.stop.signum)
+            self.writer.close(schema.STATUS_STOPPED, {"stop_reason": reason})
+            what, code = f"stopped after {self.ran} of {self.n_iterations} iterations ({reason})", EXIT_CODE
         self.framework.teardown()
-        if self.comm is not None and self.comm.rank == 0:
-            p, kind = self.point, self.writer.kind
-            print(f"hpcbench.worker: point {p.id} complete: {p.ranks} ranks, writer {kind}, {self.out}")
+        if comm.rank == 0:
+            print(f"hpcbench.worker: point {p.id} {what}: {p.ranks} ranks, writer {kind}, {self.out}", flush=True)
+        return code
 
 
-def run(run_file: Path) -> None:
-    """Run this rank's part of the point of `run_file`; any failure ends every rank."""
+def run(run_file: Path) -> int:
+    """Run this rank's part of the point of `run_file`; any failure ends every rank. Returns
+    the exit code: 0, or stop.EXIT_CODE when the ranks were told to stop and did."""
     this = PointRun(run_file)
     try:
         if this.start():
             this.train()
-            this.finish()
+            return this.finish()
+        return 0
     except BaseException as exc:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
         write_account(this.renv.rank, this.point.id, f"failed: {describe(exc)}")  # what the manifest will quote
         traceback.print_exc()
         (this.comm or SelfComm()).abort(1)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,8 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1 or args[0].startswith("-"):
         print("usage: python -m hpcbench.worker RUN_FILE  (SWEEP_DIR/points/<id>.json)", file=sys.stderr)
         return 2
-    run(Path(args[0]).resolve())
-    return 0
+    return run(Path(args[0]).resolve())
 
 
 if __name__ == "__main__":

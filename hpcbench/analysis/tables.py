@@ -27,7 +27,7 @@ from hpcbench.analysis.exposure import Exposure
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
-from hpcbench.sweepdir.layout import SweepDir
+from hpcbench.sweepdir.layout import RESULT_SUFFIX, SweepDir, is_attempt
 
 
 @dataclass
@@ -41,17 +41,43 @@ def point_files(directory: Path) -> list[Path]:
     return SweepDir(directory).results()  # earlier attempts kept aside are not points
 
 
+def _attempts(directory: Path) -> dict[str, int]:
+    """Point id -> how many earlier attempts of it are kept aside (`<id>.attempt<N>.h5`)."""
+    counts: dict[str, int] = {}
+    for path in directory.glob(f"*.attempt*{RESULT_SUFFIX}"):
+        if is_attempt(path):
+            key = path.name.partition(".")[0]
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def load(directory: Path | str) -> SweepData:
-    """Every complete point file of a sweep; the others are skipped with a warning."""
+    """Every complete point file of a sweep; the others are skipped with a warning.
+
+    A point run more than once (stopped or failed, then resumed or requeued) keeps its earlier
+    attempts aside; only its last, complete attempt is read, with a warning. The attempts are
+    not joined: a rerun starts again at iteration 0 (no framework here resumes from a
+    checkpoint), with its own warm-up, processes, placement and clock epoch, so its
+    iterations repeat the earlier ones rather than continue them.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise HpcbenchError(f"{directory}: no such sweep directory")
     data = SweepData(directory)
+    attempts = _attempts(directory)
     for path in point_files(directory):
         try:
             point = read_point(path)
         except HpcbenchError as exc:
             data.warnings.append(f"skipped {path.name}: {exc}")
+            continue
+        if point.stopped:
+            done, planned = point.iterations.shape[1], point.attrs.get("n_iterations", "?")
+            why = point.attrs.get("stop_reason") or "no reason recorded"
+            data.warnings.append(
+                f"skipped {path.name}: stopped ({why}) after {done} of {planned} iterations, not complete; "
+                "`resume` reruns it"
+            )
             continue
         if not point.complete:
             data.warnings.append(f"skipped {path.name}: status {point.status or 'unknown'}, not complete")
@@ -59,6 +85,11 @@ def load(directory: Path | str) -> SweepData:
         if point.iterations.size == 0:
             data.warnings.append(f"skipped {path.name}: no iterations recorded")
             continue
+        if n := attempts.get(path.stem):
+            data.warnings.append(
+                f"{path.name}: its last, complete attempt only; {n} earlier incomplete attempt(s) kept aside are "
+                "not joined to it (a rerun starts again at iteration 0, it does not continue them)"
+            )
         data.points.append(point)
     return data
 

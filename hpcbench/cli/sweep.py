@@ -3,6 +3,7 @@
     python -m hpcbench.sweep SPEC.yaml [--out DIR] [--dry-run] [-v]   plan, then run or submit
     python -m hpcbench.sweep status DIR [--wait]                      every point's state
     python -m hpcbench.sweep resume DIR [-v]                          rerun what has no complete result
+                                                                      (failed, stopped, never run)
     python -m hpcbench.sweep cancel DIR                               stop what is queued or running
     python -m hpcbench.sweep check                                    what works in each environment
 
@@ -161,7 +162,7 @@ def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest
 
 def _progress(counts: dict[str, int], width: int = 30) -> str:
     total = sum(counts.values()) or 1
-    finished = counts[mf.DONE] + counts[mf.FAILED]
+    finished = sum(counts[s] for s in mf.ENDED)
     filled = width * finished // total
     states = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     return f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished ({states})"
@@ -185,7 +186,7 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     for e in manifest.entries.values():
         rows.append((e.id, e.state, e.job_id or "-", str(e.attempts), e.label, e.reason or e.log))
     print(textable.render(rows, indent="  "), file=out)
-    return 0 if counts[mf.FAILED] == 0 else 1
+    return 0 if counts[mf.FAILED] == counts[mf.STOPPED] == 0 else 1  # stopped: resume it
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:

@@ -1,7 +1,14 @@
-"""Run points one after another on this host, each with its launcher's argv."""
+"""Run points one after another on this host, each with its launcher's argv.
+
+A point told to stop (its time limit, the sweep interrupted by Ctrl-C or SIGTERM) is not
+killed outright: its ranks get SIGTERM, finish the iteration in progress, agree where to
+stop, write every row and mark the file `stopped` (rank/stop.py); only ranks still there
+after STOP_GRACE_S are killed. The point is then recorded `stopped`, and `resume` reruns it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import shlex
@@ -15,17 +22,64 @@ from hpcbench.plan.launch import Launch
 from hpcbench.rank.failures import failure_hint
 from hpcbench.rank.net import die_with_parent
 from hpcbench.store import schema
-from hpcbench.store.status import mark_failed, result_status
+from hpcbench.store.status import mark_failed, mark_stop_reason, result_status, stop_reason
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.lock import in_use
 from hpcbench.sweepdir.paths import inside
 
-KILL_GRACE_S = 10.0
+STOP_GRACE_S = 30.0  # for ranks told to stop to finish their iteration and write their rows
+WORKER = b"hpcbench.worker"
+INTERRUPTED = "cancelled: the sweep was interrupted"
 
 
-def run_process(argv: list[str], env: dict[str, str], log: Path, timeout_s: float | None) -> tuple[int, str]:
-    """Run `argv` in its own process group; (exit code, '' or why it was stopped)."""
+def _children() -> dict[int, list[int]]:
+    """Every process's children, from /proc (Linux)."""
+    tree: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rfind(")") + 2 :].split()  # after the command name, which may hold spaces
+        tree.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    return tree
+
+
+def worker_pids(root: int) -> list[int]:
+    """The ranks under `root`: its descendants (and itself) running the worker."""
+    tree, todo, found = _children(), [root], []
+    while todo:
+        pid = todo.pop()
+        todo.extend(tree.get(pid, []))
+        with contextlib.suppress(OSError):
+            if WORKER in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                found.append(pid)
+    return found
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> None:
+    """SIGTERM to the ranks (not their launcher: mpirun answers SIGTERM by killing its ranks a
+    second later), `grace_s` for them to stop together and write, then SIGKILL to what is left
+    of the process group. A second interrupt while waiting kills at once."""
+    try:
+        for pid in worker_pids(proc.pid) or [proc.pid]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # leave nothing behind
+        proc.wait()
+
+
+def run_process(
+    argv: list[str], env: dict[str, str], log: Path, timeout_s: float | None, grace_s: float = STOP_GRACE_S
+) -> tuple[int, str]:
+    """Run `argv` in its own process group; (exit code, '' or why this executor stopped it).
+    Interrupted (KeyboardInterrupt, SystemExit), it stops the ranks as on a time limit, then
+    raises."""
     with log.open("ab") as out:
         proc = subprocess.Popen(
             argv, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
@@ -34,17 +88,28 @@ def run_process(argv: list[str], env: dict[str, str], log: Path, timeout_s: floa
         try:
             return proc.wait(timeout=timeout_s), ""
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=KILL_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            return proc.returncode, f"timed out after {timeout_s:g} s"
+            stop_process(proc, grace_s)
+            return proc.returncode, f"time limit: timed out after {timeout_s:g} s"
         except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)  # interrupted: leave no ranks behind
-            proc.wait()
+            stop_process(proc, grace_s)  # interrupted: the ranks keep what they ran, none is left behind
             raise
+
+
+def _settle(entry: mf.Entry, result: Path, log: Path, rc: int, stopped: str) -> None:
+    """The entry's state and reason once its process ended (`stopped`: why this executor stopped it)."""
+    status = result_status(result)
+    entry.ended = mf.now()
+    if rc == 0 and status == schema.STATUS_COMPLETE:
+        entry.state, entry.reason = mf.DONE, ""
+    elif status == schema.STATUS_STOPPED:
+        why = stopped or stop_reason(result) or "stopped"
+        mark_stop_reason(result, why)
+        entry.state, entry.reason = mf.STOPPED, f"{why}; see {log}"
+    else:
+        why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
+        hint = failure_hint([log], since=datetime.datetime.fromisoformat(entry.started))
+        entry.state, entry.reason = mf.FAILED, f"{why}{': ' + hint if hint else ''}; see {log}"
+        mark_failed(result, entry.reason)
 
 
 @EXECUTORS.register
@@ -53,7 +118,9 @@ class LocalExecutor(Executor):
     local = True
 
     def refresh(self) -> None:
-        """Points left running by a sweep process that is gone (killed, crashed) are failed."""
+        """Points left running by a sweep process that is gone (killed, crashed) are failed, or
+        stopped where their ranks stopped together (the launcher dies with the sweep and passes
+        its SIGTERM on)."""
         directory = self.manifest.directory
         if in_use(directory):
             return  # that sweep is alive and still running them
@@ -61,13 +128,16 @@ class LocalExecutor(Executor):
         for entry in stale:
             result = inside(directory, entry.result)
             entry.ended = entry.ended or mf.now()
-            if result_status(result) == schema.STATUS_COMPLETE:  # finished just before the sweep died
+            status = result_status(result)
+            if status == schema.STATUS_COMPLETE:  # finished just before the sweep died
                 entry.state, entry.reason = mf.DONE, ""
                 continue
-            entry.state = mf.FAILED
-            entry.reason = (
-                f"the sweep process ended while this point ran (killed or crashed); see {directory / entry.log}"
-            )
+            ended = "the sweep process ended while this point ran (killed or crashed)"
+            if status == schema.STATUS_STOPPED:  # its launcher passed the SIGTERM on; the ranks stopped together
+                why = f"its ranks stopped ({stop_reason(result)})"
+                entry.state, entry.reason = mf.STOPPED, f"{ended}; {why}; see {directory / entry.log}"
+                continue
+            entry.state, entry.reason = mf.FAILED, f"{ended}; see {directory / entry.log}"
             mark_failed(result, entry.reason)
         if stale:
             self.manifest.save()
@@ -94,17 +164,14 @@ class LocalExecutor(Executor):
             log.parent.mkdir(parents=True, exist_ok=True)
             with log.open("a") as f:
                 f.write(f"=== hpcbench attempt {entry.attempts} at {entry.started}: {shlex.join(launch.argv)}\n")
-            rc, stopped = run_process(launch.argv, {**os.environ, **launch.env}, log, self.options.timeout_s)
-            status = result_status(result)
-            entry.ended = mf.now()
-            if rc == 0 and status == schema.STATUS_COMPLETE:
-                entry.state, entry.reason = mf.DONE, ""
-            else:
-                why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
-                hint = failure_hint([log], since=datetime.datetime.fromisoformat(entry.started))
-                entry.state, entry.reason = mf.FAILED, f"{why}{': ' + hint if hint else ''}; see {log}"
-                mark_failed(result, entry.reason)
+            try:
+                rc, stopped = run_process(launch.argv, {**os.environ, **launch.env}, log, self.options.timeout_s)
+            except BaseException:  # interrupted: its ranks were stopped; say so before unwinding
+                _settle(entry, result, log, -1, INTERRUPTED)
+                self.manifest.save()
+                raise
+            _settle(entry, result, log, rc, stopped)
             self.manifest.save()
-            mark = "done  " if entry.state == mf.DONE else "FAILED"
+            mark = {mf.DONE: "done  ", mf.STOPPED: "stopped"}.get(entry.state, "FAILED")
             print(f"  {entry.id}  {mark}  {entry.label}" + (f"  ({entry.reason})" if entry.reason else ""),
                   file=self.out, flush=True)  # fmt: skip

@@ -38,6 +38,11 @@ class PointData:
         return self.status == schema.STATUS_COMPLETE
 
     @property
+    def stopped(self) -> bool:
+        """Stopped on a signal, every rank at the same iteration (resumable; `stop_reason` says why)."""
+        return self.status == schema.STATUS_STOPPED
+
+    @property
     def hostnames(self) -> list[str]:
         return [h.decode() for h in self.ranks["hostname"]]
 

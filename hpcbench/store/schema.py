@@ -3,8 +3,9 @@
 ::
 
     /                 attrs: schema_version, hpcbench_version, created, sweep, spec (YAML text),
-                             status (running | complete | failed), n_ranks, n_iterations,
-                             iterations_written, epoch_ns
+                             status (running | complete | failed | stopped), n_ranks, n_iterations,
+                             iterations_written, epoch_ns; failure (failed files), stop_reason
+                             (stopped files)
     /point            attrs: every Point field that is set, id, json (the whole point)
     /provenance       attrs: hostnames, versions (Python, framework, MPI, HDF5), writer,
                              launcher source, selected environment variables (no secrets)
@@ -42,7 +43,11 @@ import numpy as np
 #   3 (hpcbench 0.3.0): eval table (test time and accuracy of each rank's held-out shard, after
 #                       every epoch or at the end of training); readers give an empty table
 #                       for older files.
-SCHEMA_VERSION = 3
+#   4 (hpcbench 0.4.0, unreleased): status `stopped` with `stop_reason`: the ranks were told to stop (SIGTERM,
+#                       SIGINT, SIGUSR1/2: cancelled, requeued, preempted, time limit), agreed on
+#                       an iteration and stopped there together, every row up to it written
+#                       (iterations_written = that iteration on every rank); resumable, not failed.
+SCHEMA_VERSION = 4
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -129,3 +134,5 @@ TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE, EVAL: EVAL_DTYPE}  # appe
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
 STATUS_FAILED = "failed"
+STATUS_STOPPED = "stopped"  # stopped on a signal, all ranks at the same iteration (attr stop_reason)
+STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_FAILED, STATUS_STOPPED)

@@ -18,11 +18,33 @@ def result_status(path: Path) -> str | None:
         return None
 
 
+def stop_reason(path: Path) -> str:
+    """Why the ranks of a stopped result stopped (`stop_reason`), '' if not stopped or unreadable."""
+    try:
+        with h5py.File(path, "r") as f:
+            if str(f.attrs.get("status", "")) != schema.STATUS_STOPPED:
+                return ""
+            return str(f.attrs.get("stop_reason", ""))
+    except (OSError, KeyError):
+        return ""
+
+
 def mark_failed(path: Path, reason: str) -> None:
     """Record the failure in the result file too, if one was left behind."""
     try:
         with h5py.File(path, "r+") as f:
             f.attrs["status"] = schema.STATUS_FAILED
             f.attrs["failure"] = reason
+    except OSError:
+        pass
+
+
+def mark_stop_reason(path: Path, reason: str) -> None:
+    """Replace a stopped result's `stop_reason` with what the executor knows better (the ranks
+    saw a signal; the scheduler knows it was a cancel, a requeue, a preemption)."""
+    try:
+        with h5py.File(path, "r+") as f:
+            if str(f.attrs.get("status", "")) == schema.STATUS_STOPPED:
+                f.attrs["stop_reason"] = reason
     except OSError:
         pass

@@ -48,8 +48,9 @@ class PointWriter(Protocol):
         """This rank's rows for iterations [start, start + len(rows)), and its new rows of the
         append-only tables (comm, resources). Collective; the file is flushed after it."""
 
-    def close(self, status: str) -> None:
-        """Record the final status and close the file. Collective."""
+    def close(self, status: str, attrs: Mapping[str, Any] | None = None) -> None:
+        """Record the final status (and `attrs`, e.g. a stopped file's `stop_reason`) and
+        close the file. Collective."""
 
 
 def attr_value(value: Any) -> Any:
@@ -113,7 +114,8 @@ class MpioWriter:
         self._file.attrs["iterations_written"] = self._written
         self._file.flush()
 
-    def close(self, status: str) -> None:
+    def close(self, status: str, attrs: Mapping[str, Any] | None = None) -> None:
+        _write_attrs(self._file, attrs or {})
         self._file.attrs["status"] = status
         self._file.close()
 
@@ -160,9 +162,10 @@ class GatherWriter:
         self._file.attrs["iterations_written"] = self._written
         self._file.flush()
 
-    def close(self, status: str) -> None:
+    def close(self, status: str, attrs: Mapping[str, Any] | None = None) -> None:
         self._comm.barrier()
         if self._file is not None:
+            _write_attrs(self._file, attrs or {})
             self._file.attrs["status"] = status
             self._file.close()
 

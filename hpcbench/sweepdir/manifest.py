@@ -17,8 +17,10 @@ from hpcbench.sweepdir.atomic import write_text_atomic
 from hpcbench.sweepdir.layout import SweepDir
 
 PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done", "failed"
-STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED)
+STOPPED = "stopped"  # told to stop (cancelled, requeued, preempted, time limit): rows kept, resumable
+STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED, STOPPED)
 ACTIVE = (QUEUED, RUNNING)  # handed to a scheduler and not finished
+ENDED = (DONE, FAILED, STOPPED)  # nothing more will happen to them without a resume
 MANIFEST_VERSION = 1
 POINT_ID = re.compile(r"[0-9a-f]{12}")  # what spec.point_id makes; names files, so nothing else
 
