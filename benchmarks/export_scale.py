@@ -6,7 +6,8 @@ The sweep is analysis_scale.py's (generated in a child when DIR holds no point f
 one point of 1024 ranks x 10,000 iterations with a message per rank and iteration, plus
 200 points of 1..128 ranks x 200 iterations. Then, in a fresh process, runs the export
 (`hpcbench.analysis.export.export_sweep`, every format unless --formats says otherwise)
-into a new folder beside DIR and prints its wall seconds, the process's peak RSS, the
+into a new folder beside DIR and prints its wall seconds, its CPU seconds (all threads:
+the figure a loaded machine moves least), the load average, the process's peak RSS, the
 rows and bytes of every Parquet file, and the Parquet bytes over the point files' bytes.
 Goal: <= 10 s on 2 cores, Parquet <= 0.5 of the HDF5 bytes.
 """
@@ -14,6 +15,7 @@ Goal: <= 10 s on 2 cores, Parquet <= 0.5 of the HDF5 bytes.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -31,14 +33,16 @@ def measure(directory: Path, formats: list[str]) -> None:
 
     out = Path(tempfile.mkdtemp(prefix="hpcbench-export-", dir=directory.parent)) / "export"
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = export_sweep(directory, formats, out)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         peak_gb = peak_rss_gb()
         hdf5 = sum(p.stat().st_size for p in directory.glob("*.h5"))
         parquet = {p.stem: p.stat().st_size for p in result.files if p.suffix == ".parquet"}
         tables = ", ".join(f"{name} {result.rows[name]:,} rows {size / 1e6:,.1f} MB" for name, size in parquet.items())
-        print(f"exported {result.points} points ({', '.join(formats)}) in {seconds:.2f} s, peak RSS {peak_gb:.2f} GB")
+        load = os.getloadavg()[0]
+        print(f"exported {result.points} points ({', '.join(formats)}) in {seconds:.2f} s (CPU {cpu:.2f} s, "
+              f"all threads; load average {load:.1f}), peak RSS {peak_gb:.2f} GB")  # fmt: skip
         if parquet:
             total = sum(parquet.values())
             print(f"  Parquet {total / 1e6:,.1f} MB / HDF5 {hdf5 / 1e6:,.1f} MB = {total / hdf5:.3f} ({tables})")

@@ -308,14 +308,35 @@ def test_bad_input_exits_2_and_writes_nothing(sweep: Path, tmp_path: Path, capsy
     assert listing(sweep) == before
 
 
+def damaged(path: Path) -> None:
+    with h5py.File(path, "w") as f:  # says complete, holds nothing
+        f.attrs["status"] = "complete"
+        f.attrs["schema_version"] = 3
+
+
 def test_a_point_that_cannot_be_read_leaves_no_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     directory = tmp_path / "damaged"
     directory.mkdir()
-    with h5py.File(directory / "0123456789ab.h5", "w") as f:  # says complete, holds nothing
-        f.attrs["status"] = "complete"
-        f.attrs["schema_version"] = 3
+    damaged(directory / "0123456789ab.h5")
     refused([str(directory)], capsys, "no point file could be exported")
     assert listing(directory) == ["0123456789ab.h5"]
+    refused([str(directory), "-o", str(tmp_path / "new" / "deep" / "out")], capsys, "no point file could be exported")
+    assert not (tmp_path / "new").exists()  # the folders it made are gone again
+
+
+def test_unreadable_points_are_skipped_with_a_warning(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / f"{ONE.id}.h5").write_bytes((sweep / f"{ONE.id}.h5").read_bytes())
+    damaged(copy / "0123456789ab.h5")
+    (copy / "fedcba987654.h5").write_text("not HDF5")
+    assert cli.main([str(copy), "-f", "json"], io.StringIO()) == 0
+    err = capsys.readouterr().err
+    assert "warning: skipped 0123456789ab.h5: " in err and "warning: skipped fedcba987654.h5: not a readable" in err
+    doc = json.loads((copy / "export" / "summary.json").read_text())
+    assert [p["point"] for p in doc["points"]] == [ONE.id] and len(doc["skipped"]) == 2
 
 
 def test_the_command_line_exits_2_with_one_line(sweep: Path) -> None:

@@ -39,14 +39,17 @@ class Staging:
 
     def __init__(self, out: Path) -> None:
         self.out = out
-        self._made_out = False
+        self._made: Path | None = None  # the first folder of `out` this export made
         self.path = out
 
     def __enter__(self) -> Staging:
         try:
             if not self.out.exists():
+                first = self.out
+                while not first.parent.exists():
+                    first = first.parent
                 self.out.mkdir(parents=True)
-                self._made_out = True
+                self._made = first
             self.path = Path(tempfile.mkdtemp(prefix=".export-", suffix=".tmp", dir=self.out))
         except OSError as exc:
             raise SpecError(
@@ -67,5 +70,5 @@ class Staging:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        if kind is not None and self._made_out:
-            shutil.rmtree(self.out, ignore_errors=True)
+        if kind is not None and self._made is not None:
+            shutil.rmtree(self._made, ignore_errors=True)

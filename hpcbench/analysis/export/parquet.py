@@ -1,8 +1,9 @@
 """Parquet files of a sweep: one per table, written point by point.
 
 Each table has one open `ParquetWriter`; a point's rows are converted and written in chunks
-of at most CHUNK_ROWS rows (one row group each), so memory holds one point and one chunk,
-whatever the sweep's size. The tables of one point are written by parallel threads (Arrow
+of at most CHUNK_ROWS rows (a row group each; the chunks of small points are gathered into
+row groups of about half that), so memory holds a point and a chunk or two, whatever the
+sweep's size. The tables of one point are written by parallel threads (Arrow
 encodes and compresses outside the GIL). zstd throughout; the encodings are the columns'
 (schemas.py). `points.parquet`, one row per point, is written at the end.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from hpcbench.analysis import tables
@@ -58,6 +60,30 @@ def _writer(path: Path, columns: tuple[Column, ...]) -> Any:
     return pq.ParquetWriter(path, schema(columns), **writer_options(columns))
 
 
+class _Table:
+    """One open Parquet file. Small chunks (small points) are held back and written together,
+    so that a sweep of many small points does not become as many tiny row groups."""
+
+    def __init__(self, path: Path, columns: tuple[Column, ...]) -> None:
+        self.writer = _writer(path, columns)
+        self.rows = 0
+        self._held: list[Any] = []
+        self._held_rows = 0
+
+    def write(self, chunk: Any) -> None:
+        self.rows += chunk.num_rows
+        self._held.append(chunk)
+        self._held_rows += chunk.num_rows
+        if self._held_rows >= schemas.CHUNK_ROWS // 2:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._held:
+            held = pa.concat_tables(self._held).unify_dictionaries()  # one dictionary per column
+            self.writer.write_table(held, row_group_size=max(schemas.CHUNK_ROWS, held.num_rows))
+            self._held, self._held_rows = [], 0
+
+
 class ParquetExport:
     """The Parquet files of one export, in `directory` (the staging folder)."""
 
@@ -65,7 +91,7 @@ class ParquetExport:
         self.directory = directory
         self.rows = dict.fromkeys(TABLES, 0)
         self._points: list[PointData] = []  # the points without their arrays, for points.parquet
-        self._writers = {name: _writer(directory / f"{name}.parquet", TABLES[name]) for name in _CHUNKS}
+        self._tables = {name: _Table(directory / f"{name}.parquet", TABLES[name]) for name in _CHUNKS}
 
     def jobs(self, p: PointData) -> list[Callable[[], None]]:
         """The work of adding point `p` (one job per table, to run in parallel)."""
@@ -73,15 +99,16 @@ class ParquetExport:
         return [functools.partial(self._write, name, p) for name in _CHUNKS]
 
     def _write(self, name: str, p: PointData) -> None:
-        writer = self._writers[name]
+        table = self._tables[name]
         for chunk in _CHUNKS[name](p):
-            writer.write_table(chunk)
-            self.rows[name] += chunk.num_rows
+            table.write(chunk)
 
     def close(self) -> list[Path]:
         """Write points.parquet, close every file; the files written."""
-        for writer in self._writers.values():
-            writer.close()
+        for name, table in self._tables.items():
+            table.flush()
+            table.writer.close()
+            self.rows[name] = table.rows
         analysed = tables.points_table(self._points).to_dict("records")  # the analysis' points table
         rows = [schemas.points_row(p, row) for p, row in zip(self._points, analysed, strict=True)]
         table = schemas.points_table(rows)
@@ -90,5 +117,5 @@ class ParquetExport:
         return [self.directory / name for name in FILES]
 
     def abort(self) -> None:
-        for writer in self._writers.values():
-            writer.close()
+        for table in self._tables.values():
+            table.writer.close()

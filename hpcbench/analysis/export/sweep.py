@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 from typing import Any
@@ -131,23 +131,27 @@ def _export_points(
     summary = Summary() if "json" in chosen or "mllog" in chosen else None
     runs: list[mllog.Run] = []
     pending: list[Future[Any]] = []
-    for path in candidates:
-        p = _read(path, result.warnings)
+    try:
+        for path in candidates:
+            p = _read(path, result.warnings)
+            _wait(pending)
+            pending = []
+            if p is None:
+                continue
+            jobs: list[Callable[[], Any]] = []
+            if summary is not None:
+                jobs.append(functools.partial(summary.add, p))  # first: the longest on a large point
+            if parquet is not None:
+                jobs += parquet.jobs(p)
+            pending = [pool.submit(job) for job in jobs]
+            if "mllog" in chosen:
+                runs.append(mllog.Run.of(p))
+            result.points += 1
+            del p, jobs
         _wait(pending)
-        pending = []
-        if p is None:
-            continue
-        jobs: list[Callable[[], Any]] = []
-        if summary is not None:
-            jobs.append(functools.partial(summary.add, p))  # first: the longest on a large point
-        if parquet is not None:
-            jobs += parquet.jobs(p)
-        pending = [pool.submit(job) for job in jobs]
-        if "mllog" in chosen:
-            runs.append(mllog.Run.of(p))
-        result.points += 1
-        del p, jobs
-    _wait(pending)
+    except BaseException:
+        wait(pending)  # no job may still write when the files are closed and removed
+        raise
     if result.points == 0:
         raise SpecError("SWEEP_DIR", f"no point file could be exported ({result.warnings[0]})", "complete point files")
     names: list[str] = []
