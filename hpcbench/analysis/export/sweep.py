@@ -14,12 +14,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.analysis import tables
 from hpcbench.analysis.export import mllog
 from hpcbench.analysis.export.output import Staging, check_free
-from hpcbench.analysis.export.parquet import FILES, ParquetExport
 from hpcbench.analysis.export.summary import Summary, records, summary_json
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.store import schema
@@ -27,7 +26,13 @@ from hpcbench.store.reader import PointData, read_point
 from hpcbench.store.status import result_status
 from hpcbench.sweepdir.paths import inside
 
+if TYPE_CHECKING:
+    from hpcbench.analysis.export.parquet import ParquetExport
+
 FORMATS = ("parquet", "mllog", "json")
+# parquet.FILES, known here without importing pyarrow (mllog and json do without it)
+PARQUET_TABLES = ("points", "iterations", "messages", "resources", "evaluations", "ranks")
+PARQUET_FILES = tuple(f"{name}.parquet" for name in PARQUET_TABLES)
 SUMMARY = "summary.json"
 DEFAULT_OUT = "export"  # inside the sweep directory
 THREADS = 2
@@ -87,6 +92,15 @@ def _read(path: Path, warnings: list[str]) -> PointData | None:
     return p
 
 
+def _parquet_exporter() -> type[ParquetExport]:
+    """The Parquet writer, imported when asked for: mllog and json need no pyarrow."""
+    try:
+        from hpcbench.analysis.export.parquet import ParquetExport
+    except ImportError as exc:
+        raise HpcbenchError(f"--format parquet needs pyarrow ({exc}): pip install 'hpcbench-dl[analysis]'") from None
+    return ParquetExport
+
+
 def export_sweep(directory: Path | str, formats: Sequence[str], out: Path | str | None = None) -> Exported:
     """Export the complete points of `directory` in `formats` into `out` (default
     DIRECTORY/export). Bad input raises SpecError (exit status 2) before anything is written."""
@@ -102,11 +116,12 @@ def export_sweep(directory: Path | str, formats: Sequence[str], out: Path | str 
     candidates = _candidates(directory, result.warnings)
     if not candidates:
         raise SpecError("SWEEP_DIR", f"{directory}: no complete point files to export", "a sweep with complete points")
-    planned = [*(FILES if "parquet" in chosen else ()), *([SUMMARY] if "json" in chosen else ())]
+    planned = [*(PARQUET_FILES if "parquet" in chosen else ()), *([SUMMARY] if "json" in chosen else ())]
     planned += [_log_name(path.stem) for path in candidates] if "mllog" in chosen else []
     check_free(target, planned)
+    exporter = _parquet_exporter() if "parquet" in chosen else None
     with Staging(target) as stage, ThreadPoolExecutor(THREADS, thread_name_prefix="export") as pool:
-        parquet = ParquetExport(stage.path) if "parquet" in chosen else None
+        parquet = exporter(stage.path) if exporter is not None else None
         try:
             names = _export_points(directory, stage, pool, candidates, chosen, parquet, result)
         except BaseException:
@@ -158,7 +173,7 @@ def _export_points(
     if parquet is not None:
         parquet.close()
         result.rows = dict(parquet.rows)
-        names += FILES
+        names += PARQUET_FILES
     if summary is not None:
         names += _write_summaries(directory, stage, summary, runs, chosen, result.warnings)
     return names
