@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
         metavar="FORMAT",
         help=f"{', '.join(FORMATS)}, or several as a comma list or repeated (default: all)",
     )
-    p.add_argument("-o", "--output", type=Path, help="output directory (default: SWEEP_DIR/export)")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR", help="output directory (default: SWEEP_DIR/export)")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
     try:

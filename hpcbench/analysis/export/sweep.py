@@ -1,7 +1,7 @@
 """Exporting a sweep: its complete points, read one at a time, into the chosen formats.
 
-Per point, the Parquet tables and its stats row are computed by two threads while the next
-point is read and the point's log timings taken (at most two points in memory); then its
+Per point, the Parquet tables and its stats row are computed by worker threads while the
+next point is read and the point's log timings taken (at most two points in memory); then its
 arrays are let go. summary.json and the logs, which need every point's row (speedup
 compares points), are written at the end. Everything goes through a staging folder
 (output.py): an export is wholly there or not at all.
@@ -35,7 +35,7 @@ PARQUET_TABLES = ("points", "iterations", "messages", "resources", "evaluations"
 PARQUET_FILES = tuple(f"{name}.parquet" for name in PARQUET_TABLES)
 SUMMARY = "summary.json"
 DEFAULT_OUT = "export"  # inside the sweep directory
-THREADS = 2
+THREADS = 3  # a large point's three long jobs (iterations, messages, stats) at once; the OS shares the cores
 
 
 @dataclass
