@@ -96,6 +96,7 @@ def test_every_table_is_there_with_its_declared_schema(exported: Path) -> None:
         meta = pq.ParquetFile(exported / f"{name}.parquet").metadata
         for g in range(meta.num_row_groups):
             assert {meta.row_group(g).column(c).compression for c in range(meta.num_columns)} == {"ZSTD"}
+    assert pq.ParquetFile(exported / "iterations.parquet").metadata.num_row_groups == 1  # small points gathered
     assert read(exported, "iterations").schema.field("point").type == pa.dictionary(pa.int32(), pa.string())
     assert read(exported, "iterations").schema.field("rank").type == pa.int32()
     assert read(exported, "resources").schema.field("cpu_user_pct").type == pa.float32()

@@ -72,6 +72,10 @@ class _Table:
 
     def write(self, chunk: Any) -> None:
         self.rows += chunk.num_rows
+        if chunk.num_rows >= schemas.CHUNK_ROWS // 2:  # large enough to be a row group of its own
+            self.flush()
+            self.writer.write_table(chunk, row_group_size=schemas.CHUNK_ROWS)
+            return
         self._held.append(chunk)
         self._held_rows += chunk.num_rows
         if self._held_rows >= schemas.CHUNK_ROWS // 2:
@@ -80,7 +84,7 @@ class _Table:
     def flush(self) -> None:
         if self._held:
             held = pa.concat_tables(self._held).unify_dictionaries()  # one dictionary per column
-            self.writer.write_table(held, row_group_size=max(schemas.CHUNK_ROWS, held.num_rows))
+            self.writer.write_table(held, row_group_size=schemas.CHUNK_ROWS)  # < CHUNK_ROWS rows
             self._held, self._held_rows = [], 0
 
 
