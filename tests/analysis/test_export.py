@@ -348,3 +348,21 @@ def test_the_command_line_exits_2_with_one_line(sweep: Path) -> None:
     assert res.stderr.strip() == (
         "hpcbench export: error: --format: 'csv' is not an export format (allowed: parquet, mllog, json)"
     )
+
+
+def test_mllog_of_a_point_that_counts_iterations(tmp_path: Path) -> None:
+    point = Point(model="lenet", batch_size=8, iterations=4, warmup=2)
+    it = iterations(3, 6, warmup=2, forward=FORWARD, batch=8, period=PERIOD)
+    evals = eval_rows([(r, 0, 0.6, 0.05, 3, 4) for r in range(3)])  # one evaluation at the end: 9 of 12
+    evals["iteration"] = 6
+    write_point_file(tmp_path / f"{point.id}.h5", point, it, evals=evals)
+    export_sweep(tmp_path, ["mllog"], tmp_path / "out")
+    events = parse_log(tmp_path / "out" / "mllog" / f"{point.id}.log")
+    check_intervals(events)
+    keys = [e["key"] for e in events]
+    assert "epoch_start" not in keys and keys.count("block_start") == 1
+    by_key = {e["key"]: e for e in events}
+    assert by_key["eval_accuracy"]["value"] == 0.75
+    assert by_key["eval_accuracy"]["metadata"] == {"samples_count": 3 * 6 * 8}  # every rank's samples, warm-up too
+    assert by_key["block_start"]["time_ms"] == 200 and by_key["eval_stop"]["time_ms"] == 562  # 500 + 12.3 + 50 ms
+    assert by_key["hpcbench_warmup_stop"]["time_ms"] == 112 and by_key["eval_samples"]["value"] == 12
