@@ -168,7 +168,7 @@ def _export_points(
         wait(pending)  # no job may still write when the files are closed and removed
         raise
     if result.points == 0:
-        raise SpecError("SWEEP_DIR", f"no point file could be exported ({result.warnings[0]})", "complete point files")
+        raise SpecError("SWEEP_DIR", f"no point file could be exported ({result.warnings[-1]})", "complete point files")
     names: list[str] = []
     if parquet is not None:
         parquet.close()
