@@ -342,8 +342,12 @@ def test_unreadable_points_are_skipped_with_a_warning(
     assert [p["point"] for p in doc["points"]] == [ONE.id] and len(doc["skipped"]) == 2
 
 
-def test_the_command_line_exits_2_with_one_line(sweep: Path) -> None:
-    res = run_module("hpcbench.cli.export", str(sweep), "--format", "csv")
+def test_the_command_exports_and_exits_2_with_one_line_on_bad_input(sweep: Path, tmp_path: Path) -> None:
+    res = run_module("hpcbench", "export", str(sweep), "-f", "mllog,json", "-o", str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[-1] == f"exported 2 points (mllog, json) to {tmp_path / 'out'}"
+    assert f"warning: skipped {FAILED.id}.h5: status failed, not complete" in res.stderr
+    res = run_module("hpcbench", "export", str(sweep), "--format", "csv")
     assert res.returncode == 2 and res.stdout == ""
     assert res.stderr.strip() == (
         "hpcbench export: error: --format: 'csv' is not an export format (allowed: parquet, mllog, json)"
