@@ -1,0 +1,238 @@
+# mypy: disable-error-code="import-not-found,import-untyped"
+"""JAX on CPU: one process per rank, gradients averaged with `lax.pmean` across processes.
+
+Set-up: `JAX_PLATFORMS=cpu` (before jax is imported), then `jax.distributed.initialize`
+with rank 0's host and a free port agreed over MPI (`rank.net.free_port`, the bookkeeping
+communicator's broadcast), the launcher's rank as process id. Every process then sees one
+local and `size` global CPU devices; the exchange's mesh holds them all (`exchange.py`).
+
+The model is a pure function of its weights (`layers.py`, built from the zoo's description
+through `weights.py`); its initial weights come from the point's seed and are broadcast
+from rank 0 over MPI anyway. A step runs three compiled programs and the exchange:
+
+- forward: `jax.vjp` of the loss, returning the loss and the pull-back (its residuals);
+- backward: the pull-back applied to 1, every gradient as this process's shard (1, *S);
+- comm: the exchange's `pmean` (one per tensor, or one fused: the backend);
+- update: the optimizer (SGD, momentum 0.9, Adam) on the averaged gradients.
+
+JAX dispatches asynchronously: a phase ends when its results are ready (the step waits for
+them there, before dispatching the next phase, which needs them anyway). Gradients all
+come out of one backward program, so backward and communication do not overlap.
+`threads: 1` turns off XLA's multi-threaded Eigen (`XLA_FLAGS`); both are recorded.
+
+jax is imported only inside methods (with `layers.py` and `exchange.py`, which need it):
+this module is registered in interpreters without it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.jax import weights as jax_weights
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
+from hpcbench.rank.net import free_port
+from hpcbench.spec import Point
+from hpcbench.trace.recorder import Phase, Recorder
+from hpcbench.workloads import datasets as data
+
+MPI_LAUNCHERS = ("mpirun", "srun")
+MOMENTUM = 0.9
+ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
+
+
+@FRAMEWORKS.register
+class JaxFramework(Framework):
+    name = "jax"
+    requires = ("jax",)
+    backends = ("pmean", "pmean_fused")
+    models = jax_weights.SUPPORTED
+    datasets = data.NAMES
+
+    @classmethod
+    def check_point(cls, point: Point) -> Iterable[Problem]:
+        yield from super().check_point(point)
+        if point.device != "cpu":
+            yield "device", "jax runs on the CPU here (JAX_PLATFORMS=cpu; no CUDA build of jaxlib)", "cpu"
+        if point.launcher not in MPI_LAUNCHERS:
+            why = "the coordinator's address is agreed over MPI"
+            yield "launcher", f"jax cannot run under {point.launcher!r}: {why}", ", ".join(MPI_LAUNCHERS)
+        for key in dict(point.extra):
+            yield "extra", f"{key!r} is not a jax setting", "none"
+
+    def __init__(self) -> None:
+        self._rank, self._size = 0, 1
+        self._coordinator = ""
+        self._mpi: Any = None
+        self._backend = ""
+
+    def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
+        if comm is None or comm.mpi_comm is None:
+            raise HpcbenchError(
+                "jax needs ranks started by an MPI launcher (mpirun, srun): the coordinator is agreed over MPI"
+            )
+        os.environ["JAX_PLATFORMS"] = "cpu"  # before jax is imported
+        if point.threads == 1:
+            flags = os.environ.get("XLA_FLAGS", "")
+            os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+        import jax
+
+        self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
+        self._backend = point.backend
+        if renv.size > 1:
+            # The host's own name, not the launcher's node name: Slurm node names need not resolve.
+            if comm.rank == 0:
+                host = os.environ.get("HPCBENCH_MASTER_ADDR") or socket.gethostname()
+                self._coordinator = comm.bcast(f"{host}:{free_port()}")
+            else:
+                self._coordinator = comm.bcast(None)
+            timeout = int(float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", "300")))
+            jax.distributed.initialize(self._coordinator, renv.size, renv.rank, initialization_timeout=timeout)
+        if jax.process_count() != renv.size or jax.process_index() != renv.rank:
+            raise HpcbenchError(
+                f"JAX sees process {jax.process_index()} of {jax.process_count()}, "
+                f"the launcher rank {renv.rank} of {renv.size}"
+            )
+
+    def build(self, point: Point) -> None:
+        import jax
+        import jax.numpy as jnp
+
+        from hpcbench.frameworks.jax import layers
+        from hpcbench.frameworks.jax.exchange import PmeanExchange
+
+        model = self._model = model_for(point)
+        steps = jax_weights.steps(model)
+        named = jax_weights.initial(model, point.seed)
+        for _, w in named:
+            self._mpi.Bcast(w, root=0)  # the same weights everywhere, whatever the seed did
+        self._names = [n for n, _ in named]
+        self.weights: list[Any] = [jax.device_put(w) for _, w in named]
+        self._exchange = PmeanExchange(point.backend == "pmean_fused", self._names, [w.shape for _, w in named])
+        task = model.task
+
+        def loss(w: Any, x: Any, y: Any) -> Any:
+            return layers.loss(steps, task, w, x, y)
+
+        def forward(w: Any, x: Any, y: Any) -> Any:
+            return jax.vjp(lambda w: loss(w, x, y), w)
+
+        def backward(pullback: Any) -> Any:
+            (grads,) = pullback(jnp.ones((), jnp.float32))
+            return [g[None] for g in grads]
+
+        self._forward = jax.jit(forward)
+        self._backward = jax.jit(backward)
+        self._update, self._state = _optimizer(point.optimizer, point.lr, self.weights)
+        self._predict = jax.jit(lambda w, x: layers.apply(steps, w, x))
+        self._loss = jax.jit(loss)
+        shard = self._shard = shard_for(point, model, self._rank, self._size)
+        self._batches = data.Batches(
+            shard.train, point.batch_size, point.seed, self._rank, point.dataset != "synthetic"
+        )
+        self._eval_batch = point.batch_size
+
+    def steps_per_epoch(self) -> int:
+        return self._batches.steps_per_epoch
+
+    def step(self, rec: Recorder) -> Any:
+        import jax
+
+        x, y = self._batches.next()
+        rec.mark(Phase.DATA)
+        xd, yd = jax.device_put(x), jax.device_put(y)
+        jax.block_until_ready((xd, yd))
+        rec.mark(Phase.H2D)
+        loss, pullback = self._forward(self.weights, xd, yd)
+        loss.block_until_ready()
+        rec.mark(Phase.FORWARD)
+        grads = self._backward(pullback)
+        jax.block_until_ready(grads)
+        rec.mark(Phase.BACKWARD)
+        averaged = self._exchange.exchange(rec, grads)
+        rec.mark(Phase.COMM)
+        self.weights, self._state = self._update(self.weights, self._state, averaged)
+        jax.block_until_ready(self.weights)
+        rec.mark(Phase.UPDATE)
+        return loss
+
+    def evaluate(self) -> Evaluation:
+        correct = total = 0
+        loss_sum = 0.0
+        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
+            loss_sum += float(self._loss(self.weights, x, y)) * len(y)
+            if self._model.classes:
+                out = np.asarray(self._predict(self.weights, x))
+                correct += int((out.argmax(axis=1) == y).sum())
+                total += len(y)
+        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+
+    def parameter_checksum(self) -> float:
+        return checksum(np.asarray(w) for w in self.weights)
+
+    def versions(self) -> dict[str, str]:
+        import jax
+        import jaxlib
+
+        out = {
+            "jax": jax.__version__,
+            "jaxlib": jaxlib.__version__,
+            "jax_devices": str(jax.device_count()),
+            "jax_coordinator": self._coordinator,
+            "jax_exchange": self._backend,
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        }
+        collectives = getattr(jax.config, "jax_cpu_collectives_implementation", None)
+        if collectives is not None:
+            out["jax_cpu_collectives"] = str(collectives)
+        return out
+
+    def teardown(self) -> None:
+        import jax
+
+        if self._size > 1:
+            jax.distributed.shutdown()
+
+
+def _optimizer(kind: str, lr: float, weights: list[Any]) -> tuple[Any, Any]:
+    """(compiled update(weights, state, grads) -> (weights, state), initial state)."""
+    import jax
+    import jax.numpy as jnp
+
+    def flat(g: Any) -> Any:
+        return g.reshape(g.shape[1:])  # this process's shard (1, *S) of the averaged gradient
+
+    if kind == "adam":
+        b1, b2, eps = ADAM
+
+        def adam(w: Any, state: Any, grads: Any) -> Any:
+            m, v, t = state
+            t = t + 1
+            g = [flat(g) for g in grads]
+            m = [b1 * a + (1 - b1) * b for a, b in zip(m, g, strict=True)]
+            v = [b2 * a + (1 - b2) * b * b for a, b in zip(v, g, strict=True)]
+            scale = lr * jnp.sqrt(1 - b2**t) / (1 - b1**t)
+            w = [p - scale * a / (jnp.sqrt(b) + eps) for p, a, b in zip(w, m, v, strict=True)]
+            return w, (m, v, t)
+
+        zeros = [jnp.zeros_like(w) for w in weights]
+        return jax.jit(adam), (zeros, [jnp.zeros_like(w) for w in weights], jnp.zeros((), jnp.float32))
+    if kind == "momentum":
+
+        def momentum(w: Any, state: Any, grads: Any) -> Any:
+            velocity = [MOMENTUM * b + flat(g) for b, g in zip(state, grads, strict=True)]
+            return [p - lr * b for p, b in zip(w, velocity, strict=True)], velocity
+
+        return jax.jit(momentum), [jnp.zeros_like(w) for w in weights]
+
+    def sgd(w: Any, state: Any, grads: Any) -> Any:
+        return [p - lr * flat(g) for p, g in zip(w, grads, strict=True)], state
+
+    return jax.jit(sgd), ()
