@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import signal
 import sys
 import time
 import traceback
@@ -37,6 +38,8 @@ from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.runfile import RunFile
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
+
+LOOP_BEGINS = "timed loop begins"  # said by rank 0 once every rank is in the loop
 
 
 def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
@@ -142,6 +145,9 @@ class PointRun:
         self.point = self.spec.point
         self.sweep_dir = SweepDir.of_run_file(run_file)
         self.renv = detect(launcher=self.point.launcher)
+        self.signals = StopSignals()
+        if self.renv.mpi or self.point.ranks == 1:  # ranks that can agree: a signal is noted, acted on at the loop
+            self.signals.install()
         self.comm: Comm | None = MPIComm() if self.renv.mpi else None
 
     def _framework(self) -> Framework:
@@ -196,6 +202,25 @@ class PointRun:
         }
         self.writer.write_iterations(first, rows, tables)
 
+    def _stop(self, comm: Comm) -> Stop:
+        """The ranks' stop agreement (collective), started."""
+        stop = Stop(self.n_iterations, comm, self.signals)
+        if stop.available:
+            stop.start()  # a signal noted since start-up stops the ranks before their first iteration
+        else:  # no MPI between the ranks: a signal ends a rank as it always did
+            self.signals.restore()
+            if self.signals.signum:
+                signal.raise_signal(self.signals.signum)
+        return stop
+
+    def _begin(self, comm: Comm, watchdog: Watchdog | None) -> None:
+        comm.barrier()  # everyone starts the timed loop together
+        if comm.rank == 0:
+            print(f"hpcbench.worker: point {self.point.id}: {LOOP_BEGINS}, {self.n_iterations} iterations", flush=True)
+        if watchdog is not None:
+            watchdog.start()
+        self.evals.begin()
+
     def train(self) -> None:
         """The timed loop: every iteration's phases recorded, flushed in blocks, tested at
         the end of every epoch (or once at the end), watched for stalls."""
@@ -206,15 +231,8 @@ class PointRun:
         fail_at, fault = injected_fault(comm.rank)
         stall_limit = self.spec.options.stall_timeout_s
         watchdog = Watchdog(stall_limit, comm, point.id) if stall_limit else None
-        self.signals = StopSignals()
-        self.stop = stop = Stop(self.n_iterations, comm, self.signals)  # collective
-        if stop.available:  # else (no MPI between ranks) a signal ends the rank as it always did
-            self.signals.install()
-            stop.start()
-        comm.barrier()  # everyone starts the timed loop together
-        if watchdog is not None:
-            watchdog.start()
-        self.evals.begin()
+        self.stop = stop = self._stop(comm)
+        self._begin(comm, watchdog)
         for i in range(self.n_iterations):
             stop.current = i  # the stop's only costs in a step: this store and the check below
             if stop.pending and not stop.may_start(i):

@@ -26,6 +26,7 @@ from hpcbench.rank.stop import EXIT_CODE
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
+from hpcbench.worker import LOOP_BEGINS
 from tests.conftest import ROOT, run_module, spec_text
 from tests.crash import BATCH, rank_pids
 
@@ -51,21 +52,18 @@ def stop_spec(name: str, ranks: int, exchange: bool = True, iterations: int = IT
     )  # fmt: skip
 
 
-def catches(pid: int, sig: int) -> bool:
-    """Whether process `pid` has a handler for `sig` (the worker sets its stop handlers just
-    before its timed loop)."""
+def in_loop(log: Path) -> bool:
+    """Whether the point's ranks are in their timed loop (rank 0 says so once all are)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
+        return LOOP_BEGINS in log.read_text(errors="replace")
     except OSError:
         return False
-    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
-    return bool(mask >> (sig - 1) & 1)
 
 
 def start_sweep(
     spec: Path, out: Path, ranks: int, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[str], list[int]]:
-    """The sweep, running, and its ranks' pids once every rank is in its timed loop."""
+    """The sweep, running, and its ranks' pids once they are in their timed loop."""
     sweep = subprocess.Popen(
         [sys.executable, "-m", "hpcbench.sweep", str(spec), "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
@@ -73,7 +71,7 @@ def start_sweep(
     deadline = time.monotonic() + 120
     while True:
         pids = rank_pids(out)
-        if len(pids) == ranks and all(catches(pid, signal.SIGUSR1) for pid in pids):
+        if len(pids) == ranks and any(in_loop(log) for log in out.glob("logs/*.log")):
             return sweep, pids
         if sweep.poll() is not None or time.monotonic() > deadline:
             sweep.kill()

@@ -32,7 +32,7 @@ from hpcbench.plan.profiles import SiteProfile
 from hpcbench.rank.failures import failure_hint
 from hpcbench.spec import Point
 from hpcbench.store import schema
-from hpcbench.store.status import mark_failed, result_status
+from hpcbench.store.status import mark_failed, mark_stop_reason, result_status, stop_reason
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.paths import inside
@@ -42,6 +42,9 @@ SUBMITIT_TIMEOUT = "UncompletedJobError: Job not requeued because: timed-out"
 
 # sacct states that end a job without a result of ours
 FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
+# why Slurm ended a job whose ranks stopped together on its signal (rank/stop.py); another
+# state (FAILED: the ranks' stop exit code) keeps the ranks' own reason (a signal, the time limit)
+STOP_REASONS = {"CANCELLED": "cancelled", "PREEMPTED": "preempted", "TIMEOUT": "time limit", "DEADLINE": "deadline"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_MAX_ARRAY_SIZE = 1001
 
@@ -234,8 +237,8 @@ class SlurmExecutor(Executor):
         active = [e for e in self.manifest.entries.values() if e.state in mf.ACTIVE and e.job_id]
         if active:
             _run(["scancel", *[e.job_id for e in active]], "scancel")
-        for e in active:
-            e.state, e.reason, e.ended = mf.FAILED, f"cancelled by the user; see {e.log}", mf.now()
+        for e in active:  # running ranks stop together and keep their rows; resume reruns them
+            e.state, e.reason, e.ended = mf.STOPPED, f"cancelled by the user; see {e.log}", mf.now()
         self.manifest.save()
         return [e.id for e in active]
 
@@ -291,6 +294,8 @@ def job_states(records: list[str], live: str | None) -> list[str]:
     while the job is pending again: what the queue holds is the truth."""
     if live is None:
         return records
+    if live == "COMPLETING":  # ended, its steps still ending (ranks writing their rows): not final yet
+        return [*records[:-1], live]
     if records and records[-1] in (*FAILED_STATES, "REQUEUED"):
         return [*records, live]
     return [*records[:-1], live]
@@ -300,11 +305,17 @@ QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING
 RUNNING_STATES = ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT")
 
 
-def _verdict(e: mf.Entry, records: list[Run], queued: str | None, status: str | None) -> tuple[str, str] | None:
+def _verdict(
+    e: mf.Entry, records: list[Run], queued: str | None, status: str | None, why: str = ""
+) -> tuple[str, str] | None:
     """(manifest state, reason) of one entry from its job's accounting records and queue
-    state; None while sacct does not know the job yet."""
+    state, its point file's status and, if stopped, the ranks' reason `why`; None while
+    sacct does not know the job yet."""
     *history, state = job_states([r.state for r in records], queued) or [""]
     requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
+    if state in FAILED_STATES and status == schema.STATUS_STOPPED:  # the ranks stopped together, rows kept
+        reason = f"{STOP_REASONS.get(state) or why or 'stopped'}; see {e.log}"
+        return mf.STOPPED, f"{requeued}, then {reason}" if requeued else reason
     if state in QUEUED_STATES:
         return mf.QUEUED, requeued
     if state in RUNNING_STATES:
@@ -334,12 +345,17 @@ def refresh(manifest: mf.Manifest) -> None:
     queue = queue_states()
     changed = False
     for e in active:
-        status = result_status(manifest.directory / e.result)
-        verdict = _verdict(e, runs.get(e.job_id, []), queue.get(e.job_id), status)
+        result = manifest.directory / e.result
+        status = result_status(result)
+        verdict = _verdict(e, runs.get(e.job_id, []), queue.get(e.job_id), status, stop_reason(result))
         if verdict is None or verdict == (e.state, e.reason):
             continue
         e.state, e.reason = new, reason = verdict
-        if new in (mf.DONE, mf.FAILED):
+        if new == mf.QUEUED and status == schema.STATUS_STOPPED:  # the run that stopped was requeued
+            mark_stop_reason(result, "requeued")
+        if new == mf.STOPPED:
+            mark_stop_reason(result, reason.rpartition("; see ")[0].rpartition(", then ")[2])
+        if new in mf.ENDED:
             e.ended = mf.now()
         if new == mf.FAILED and status not in (None, schema.STATUS_COMPLETE):  # the file says so too
             mark_failed(manifest.directory / e.result, reason)

@@ -3,11 +3,18 @@
 `run_rank` is one rank: Slurm started it as a task (launcher `srun`). `run_launcher` runs
 the point's launcher (`mpirun`, `torchrun`, `horovodrun`) once per job or per node, with
 what only the running job knows: its hosts and a rendezvous address on its first node.
+
+Signals: submitit's own handlers, set before these functions run, ignore SIGTERM and answer
+SIGUSR2 by raising (time limit) or by requeueing the job itself (rank 0). Neither may reach
+the ranks' stop (rank/stop.py): `run_rank` puts the defaults back and the worker replaces
+them with its own as soon as it starts; `run_launcher` notes the signals and waits for its
+launcher, which Slurm signals too (it is in the same step) and which passes them on.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,15 +23,37 @@ from hpcbench import worker
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan import launch as plan
 from hpcbench.plan import profiles
+from hpcbench.rank.stop import EXIT_CODE, STOP_SIGNALS, TIME_LIMIT_SIGNAL_ENV
 from hpcbench.sweepdir.layout import SweepDir
 from hpcbench.sweepdir.runfile import RunFile
 
 RENDEZVOUS_PORT_BASE = 20000
+# mpirun's (and its daemons') wait between the SIGTERM it passes to its ranks and SIGKILL
+# (1 s by default): long enough for the ranks to stop together and write; Slurm's KillWait
+# bounds it in any case.
+MPIRUN_KILL_GRACE = {"OMPI_MCA_odls_base_sigkill_timeout": "30"}
+
+
+def time_limit_signal() -> str:
+    """The signal the job gets ahead of its time limit (`--signal`, submitit's USR_SIG: USR2)."""
+    from submitit.core.job_environment import JobEnvironment
+
+    return str(JobEnvironment.USR_SIG)
 
 
 def run_rank(run_file: str, env: dict[str, str]) -> None:
     os.environ.update(env)
-    worker.run(Path(run_file))
+    os.environ.setdefault(TIME_LIMIT_SIGNAL_ENV, time_limit_signal())
+    for sig in STOP_SIGNALS:  # not submitit's: see the module's docstring
+        signal.signal(sig, signal.SIG_DFL)
+    code = worker.run(Path(run_file))
+    if code:  # stopped on a signal, every row kept: the job ends with the worker's exit code
+        sys.stdout.flush()
+        sys.exit(code)
+
+
+def _note_signal(signum: int, frame: object) -> None:
+    print(f"hpcbench.job: signal {signum} passed on to the launcher's ranks", file=sys.stderr, flush=True)
 
 
 def job_hosts() -> tuple[str, ...]:
@@ -56,7 +85,13 @@ def run_launcher(run_file: str, env: dict[str, str]) -> None:
     ctx = plan.context(run.point, sweep_dir, profile, local=False, rendezvous=rendezvous, hosts=hosts)
     launch = plan.launch(run.point, ctx, profile)
     print("+ " + " ".join(launch.argv), flush=True)
-    rc = subprocess.run(launch.argv, env={**os.environ, **launch.env}, check=False).returncode
+    for sig in STOP_SIGNALS:  # not submitit's, which would raise here and SIGKILL the launcher
+        signal.signal(sig, _note_signal)
+    env = {**os.environ, **MPIRUN_KILL_GRACE, TIME_LIMIT_SIGNAL_ENV: time_limit_signal(), **launch.env}
+    rc = subprocess.run(launch.argv, env=env, check=False).returncode
+    if rc == EXIT_CODE:
+        print(f"{launch.argv[0]}: the ranks stopped on a signal, every row kept", file=sys.stderr, flush=True)
+        sys.exit(rc)
     if rc != 0:
         raise HpcbenchError(f"{launch.argv[0]} exited with status {rc} on {os.uname().nodename}")
     sys.stdout.flush()
