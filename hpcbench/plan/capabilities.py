@@ -130,7 +130,7 @@ def build() -> Item:
     path = linkage.record_path()
     if not path.is_file():
         return {"error": None, "detail": f"nothing to compare: no build record at {path} (envs/setup.sh writes one)"}
-    reason = linkage.mismatch(path)
+    reason = linkage.mismatch(path, load_mpi=True)  # the probe is a process of its own
     if reason is not None:
         return {"error": reason, "detail": ""}  # whole: it names both libraries
     return {"error": None, "detail": f"the MPI and HDF5 loaded are those of {path}"}

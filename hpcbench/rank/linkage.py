@@ -55,8 +55,11 @@ def loaded_library(prefixes: tuple[str, ...]) -> str | None:
     return None
 
 
-def _mpi() -> tuple[str | None, str | None]:
-    """(library version, why it does not load): one of them is None."""
+def _mpi(load: bool) -> tuple[str | None, str | None]:
+    """(library version, why it does not load), both None when MPI is not loaded in this
+    process and `load` is False; else one of them is None."""
+    if not load and "mpi4py.MPI" not in sys.modules:
+        return None, None
     try:
         version = collectives.library_version()
     except Exception as exc:  # noqa: BLE001 - a library that does not load is the answer
@@ -66,11 +69,16 @@ def _mpi() -> tuple[str | None, str | None]:
     return version, None
 
 
-def current() -> dict[str, Any]:
-    """What this process loads: the MPI library (mpi4py's) and the HDF5 library (h5py's)."""
+def current(load_mpi: bool = True) -> dict[str, Any]:
+    """What this process loads: the MPI library (mpi4py's) and the HDF5 library (h5py's).
+
+    With `load_mpi` False, MPI is looked at only if mpi4py.MPI is imported already (a rank
+    of an MPI job); with True it is imported if need be, without initialising MPI (which
+    then cannot be initialised by importing mpi4py.MPI again: only for processes of
+    their own, like the `check` command)."""
     import h5py
 
-    mpi_library, mpi_error = _mpi()
+    mpi_library, mpi_error = _mpi(load_mpi)
     return {
         "mpi_library": mpi_library,
         "mpi_error": mpi_error,
@@ -111,7 +119,8 @@ def compare(built: dict[str, Any], now: dict[str, Any]) -> str | None:
     """One line naming what differs between the build record and what loads now, or None."""
     reasons = []
     mpi_built = built.get("mpi_library")
-    if mpi_built and now.get("mpi_library") != mpi_built:
+    mpi_looked_at = now.get("mpi_library") or now.get("mpi_error")  # not when this process has no MPI
+    if mpi_built and mpi_looked_at and now.get("mpi_library") != mpi_built:
         running = (
             f"'{now['mpi_library']}'{_where(now.get('mpi_path'))}"
             if now.get("mpi_library")
@@ -136,12 +145,13 @@ def compare(built: dict[str, Any], now: dict[str, Any]) -> str | None:
     )
 
 
-def mismatch(record: Path | None = None) -> str | None:
+def mismatch(record: Path | None = None, load_mpi: bool = False) -> str | None:
     """Why this process's MPI or HDF5 is not the one its environment was built against
     (one line naming both), or None when they agree or there is no build record.
 
     `record` defaults to `BUILD_RECORD` in this interpreter's prefix (`sys.prefix`).
-    Does not initialise MPI; imports mpi4py.MPI (loading the MPI library) and h5py."""
+    Imports h5py. The MPI library is compared when this process has imported mpi4py.MPI
+    already (a rank that uses MPI) or, with `load_mpi`, always (see `current`)."""
     path = record_path() if record is None else record
     try:
         text = path.read_text()
@@ -155,7 +165,7 @@ def mismatch(record: Path | None = None) -> str | None:
         return f"build record {path} is not JSON ({exc}): rebuild the environment with envs/setup.sh"
     if not isinstance(built, dict):
         return f"build record {path} holds {type(built).__name__}, not an object: rebuild the environment"
-    return compare(built, current())
+    return compare(built, current(load_mpi))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,11 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         print(f"no build record at {path}: nothing to compare", file=sys.stderr)
         return 0
-    reason = mismatch(path)
+    reason = mismatch(path, load_mpi=True)
     if reason is not None:
         print(reason)
         return 1
-    now = current()
+    now = current(load_mpi=True)
     print(f"agrees with {path}: MPI '{now['mpi_library']}', {_hdf5_text(now)}")
     return 0
 

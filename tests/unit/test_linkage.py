@@ -84,6 +84,22 @@ def test_a_record_of_another_build_gives_one_line_naming_both(record: Path, tmp_
     assert "envs/setup.sh" in reason
 
 
+def test_without_mpi_loaded_only_hdf5_is_compared_unless_asked(record: Path, tmp_path: Path) -> None:
+    """A rank that does not use MPI (torchrun) is not made to load it, nor to leave it
+    uninitialised for a framework that initialises it later."""
+    path = tmp_path / linkage.BUILD_RECORD
+    path.write_text(json.dumps({**built(record), "mpi_library": OTHER_MPI}))
+    code = (
+        "import sys, pathlib, hpcbench.rank.linkage as l; p = pathlib.Path(sys.argv[1])\n"
+        "print(l.mismatch(p)); print('mpi4py.MPI' in sys.modules); print(l.mismatch(p, load_mpi=True))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    first, loaded, asked = proc.stdout.splitlines()
+    assert (first, loaded) == ("None", "False")
+    assert asked.startswith(f"MPI library differs from the build: built with '{OTHER_MPI}'")
+
+
 def test_no_record_no_reason(tmp_path: Path) -> None:
     assert linkage.mismatch(tmp_path / linkage.BUILD_RECORD) is None
     assert linkage.record_path(tmp_path) == tmp_path / "hpcbench-build.json"
