@@ -7,9 +7,11 @@
 #
 # They cannot share one interpreter: MXNet 1.9.1 imports only with numpy < 1.24, which
 # TensorFlow 2.21 refuses. Each gets the pinned set of envs/NAME.txt, h5py compiled against
-# parallel HDF5 (envs/lib.sh), Horovod compiled against that env's frameworks and the
-# system's Open MPI, and hpcbench itself (a link to this clone's package, so no dependency
-# is installed twice and edits need no reinstall). Slow builds are cached outside the clone in $HPCBENCH_CACHE
+# parallel HDF5 (envs/lib.sh; PyPI's h5py where the site has none), Horovod compiled
+# against that env's frameworks and the MPI envs/lib.sh finds (the site's first), a build
+# record (ENV/hpcbench-build.json, see hpcbench/rank/linkage.py), and hpcbench itself (a
+# link to this clone's package, so no dependency is installed twice and edits need no
+# reinstall). Slow builds are cached outside the clone in $HPCBENCH_CACHE
 # (default ~/.cache/hpcbench) as wheels, keyed by everything they are compiled against.
 # A second run with everything in place only checks the environment (seconds).
 #
@@ -17,6 +19,7 @@
 #   HPCBENCH_ENVS_DIR   where environments live (default: .envs at the repository root);
 #                       the environment is $HPCBENCH_ENVS_DIR/NAME (see hpcbench/envs.py)
 #   HPCBENCH_CACHE      wheel cache (default ~/.cache/hpcbench)
+#   MPICC, HDF5_DIR     the MPI compiler wrapper and parallel HDF5 prefix to use (envs/lib.sh)
 #   MAKEFLAGS           parallel compile jobs (default -j2)
 set -euo pipefail
 
@@ -66,6 +69,9 @@ horovod_flags+=(HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1)
 mkdir -p "$envs_dir"
 exec 9>"$envs_dir/.$name.lock"
 flock 9
+
+# The site's MPI and parallel HDF5 (apt only as root, only for what is missing).
+hb_system_packages
 
 # --- Horovod ------------------------------------------------------------------------------
 # The patches applied to the unpacked sdist before compiling. Changing them changes the
@@ -147,7 +153,8 @@ stamp=$env/.hpcbench-build
 inputs=$(
     {
         cat "$reqs" "$here/lib.sh" "${BASH_SOURCE[0]}"
-        hb_mpi_tag
+        hb_mpi_id
+        printf '%s\n' "$hb_parallel_hdf5" "$hb_hdf5_lib"
         hb_cxx_tag
         printf '%s\n' "$root"
     } | sha256sum | cut -c1-32
@@ -155,13 +162,12 @@ inputs=$(
 if [[ -x $py && -f $stamp && $(<"$stamp") == "$inputs" ]]; then
     hb_log "up to date: $env (inputs unchanged; checking it)"
 else
-    rm -f "$stamp"
-    hb_system_packages
+    rm -f "$stamp" "$env/hpcbench-build.json"
     hb_venv "$env"
     hb_log "installing envs/$name.txt into $env"
     hb_pip "$py" -r "$reqs"
     horovod_install
-    hb_h5py_mpi "$py" "$h5py_version"
+    hb_h5py "$py" "$h5py_version"
     # hpcbench from this clone, without installing its dependencies a second time: a link
     # to the package. (A .pth naming the clone would also expose the clone's other folders
     # and the hpcbench-dl metadata that envs/setup.sh's editable install leaves there, whose
@@ -170,6 +176,7 @@ else
     [[ -L $purelib/hpcbench || ! -e $purelib/hpcbench ]] ||
         hb_die "$purelib/hpcbench is an installed copy of hpcbench: pip uninstall it from $env first"
     ln -sfn "$root/hpcbench" "$purelib/hpcbench"
+    hb_build_record "$py" "$env"
     "$py" -m pip check >/dev/null || {
         "$py" -m pip check >&2
         hb_die "inconsistent dependencies in $env"
@@ -179,14 +186,15 @@ fi
 # --- check --------------------------------------------------------------------------------
 check_log=$(mktemp)
 summary=$(
-    cd / && HB_ROOT=$root TF_CPP_MIN_LOG_LEVEL=3 "$py" - 2>"$check_log" <<EOF
+    cd / && HB_ROOT=$root HB_PARALLEL=$hb_parallel_hdf5 TF_CPP_MIN_LOG_LEVEL=3 "$py" - 2>"$check_log" <<EOF
 $verify
 import os, h5py, horovod, hpcbench, numpy
-assert h5py.get_config().mpi, "h5py has no MPI support"
+parallel = os.environ["HB_PARALLEL"] == "yes"
+assert h5py.get_config().mpi == parallel, f"h5py built {'without' if parallel else 'with'} MPI"
 here = os.path.realpath(hpcbench.__file__)
 assert here.startswith(os.path.join(os.environ["HB_ROOT"], "")), f"hpcbench comes from {here}"
 print(f"{stack}, horovod {horovod.__version__} (gloo, mpi), numpy {numpy.__version__}, "
-      f"h5py {h5py.__version__} (parallel HDF5)")
+      f"h5py {h5py.__version__} ({'parallel HDF5' if parallel else 'serial HDF5: gather writer'})")
 EOF
 ) || {
     cat "$check_log" >&2
