@@ -57,6 +57,8 @@ def test_torch_gloo_works_in_this_interpreter(report: dict[str, list[str]]) -> N
     assert cells["mpirun"] == "works"
     assert cells["torchrun"] == "works"
     assert item(lines, "parallel HDF5").startswith("works: h5py")
+    # envs/setup.sh wrote the build record; the libraries loaded are those it names
+    assert item(lines, "build record").startswith("works: ")
     # No GPU on the CI machine: NVML is listed with the reason, not an error of the command.
     nvml = item(lines, "NVML")
     assert nvml.startswith("works") or "NVMLError" in nvml
@@ -70,6 +72,7 @@ def test_modern_has_torch_tensorflow_and_horovod(modern: Path, report: dict[str,
     for module in ("horovod.torch", "horovod.tensorflow"):
         assert item(lines, f"import {module}") == "works: 0.28.1 (built with mpi, gloo)"
     assert item(lines, "parallel HDF5").startswith("works")
+    assert item(lines, "build record").startswith("works: ")
     cells = table(lines)
     assert cells[("torch", "horovod")]["imports"] == "works"
     assert cells[("torch", "horovod")]["mpirun"] == "works"
@@ -86,6 +89,7 @@ def test_legacy_has_mxnet_and_horovod(legacy: Path, report: dict[str, list[str]]
     assert item(lines, "import numpy") == "works: 1.23.5"
     assert item(lines, "import horovod.mxnet") == "works: 0.28.1 (built with mpi, gloo)"
     assert item(lines, "parallel HDF5").startswith("works")
+    assert item(lines, "build record").startswith("works: ")
     if "mxnet" in FRAMEWORKS.names():
         for (framework, _), row in table(lines).items():
             if framework == "mxnet":
