@@ -36,7 +36,7 @@ def write_tables(slow: SweepStragglers, directory: Path) -> list[Path]:
 
 
 def _costliest(slow: SweepStragglers, n: int) -> list[int]:
-    costs = [float(np.nanmax(p.ranks["cost_pct"])) if len(p.ranks) else 0.0 for p in slow.points]
+    costs = [0.0 if p.worst is None else float(p.rank_columns["cost_pct"][p.worst]) for p in slow.points]
     return [int(i) for i in np.argsort(costs)[::-1][:n]]
 
 

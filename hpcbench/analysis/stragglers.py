@@ -23,6 +23,7 @@ no Python loop over iterations.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -43,21 +44,45 @@ STRAGGLER_COLUMNS = [
     "whatif_t_iter_s", "t_iter_s",
 ]  # fmt: skip
 WHATIF_COLUMNS = ["point", "scenario", "rank", "host", "t_iter_s", "throughput", "saving_pct"]
+SCENARIOS = ["measured", "all ranks at median speed", "communication hidden"]  # then each slow rank
 HOST_COLUMNS = ["host", "local_rank", "points", "slowest_points", "median_excess_pct", "evidence"]
+
+
+Columns = dict[str, np.ndarray]  # a table as equal-length columns: built into a DataFrame once per sweep
 
 
 @dataclass
 class PointStragglers:
-    """One point's attribution and replay."""
+    """One point's attribution and replay. Its tables are kept as columns (numpy arrays) and
+    made DataFrames on demand: a sweep concatenates the columns of all its points at once."""
 
     point_id: str
     label: str
-    ranks: pd.DataFrame  # one row per rank: rank, host, local_rank, compute_s, excess_pct, share, cost_pct, ...
-    rows: pd.DataFrame  # STRAGGLER_COLUMNS
-    whatif: pd.DataFrame  # WHATIF_COLUMNS
-    buckets: pd.DataFrame  # exposure.BUCKET_COLUMNS
+    rank_columns: Columns  # one row per rank: rank, host, local_rank, compute_s, excess_pct, share, cost_pct, ...
+    row_columns: Columns  # STRAGGLER_COLUMNS
+    whatif_columns: Columns  # WHATIF_COLUMNS
+    buckets: pd.DataFrame  # exposure.BUCKET_COLUMNS without `point`
     heat: np.ndarray  # compute seconds, (ranks, iterations) block-averaged to at most HEAT_RANKS x HEAT_ITERATIONS
     t_iter_s: float
+
+    @cached_property
+    def ranks(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rank_columns)
+
+    @cached_property
+    def rows(self) -> pd.DataFrame:
+        return pd.DataFrame(self.row_columns)[STRAGGLER_COLUMNS]
+
+    @cached_property
+    def whatif(self) -> pd.DataFrame:
+        return pd.DataFrame(self.whatif_columns)[WHATIF_COLUMNS]
+
+    @property
+    def worst(self) -> int | None:
+        """The index of the rank with the largest cost, None if no rank has one."""
+        cost = self.rank_columns["cost_pct"]
+        finite = np.isfinite(cost)
+        return int(np.where(finite, cost, -np.inf).argmax()) if finite.any() else None
 
 
 @dataclass
@@ -140,7 +165,6 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     typical["compute"] = whatif.row_median(a.compute)
     slowest, excess, relative, through = _per_iteration(a)
     count = np.bincount(slowest, minlength=n_ranks)
-    share = count / max(n, 1)
     median_excess = _group_medians(slowest, excess, n_ranks)
     median_relative = _group_medians(slowest, relative, n_ranks)
     through_of = np.bincount(slowest * len(COMPUTE_PHASES) + through, minlength=n_ranks * len(COMPUTE_PHASES))
@@ -149,32 +173,32 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     replay = whatif.replay(a.compute, a.phase["comm"], a.duration, not whatif.asynchronous(p.point), typical["compute"])
     t_iter = whatif.median_of(replay.measured)
     without = np.full(n_ranks, t_iter)
-    for r in np.flatnonzero((count > 0) & (replay.factor < 1.0)):  # ranks that were ever the slowest
-        without[r] = whatif.median_of(replay.without(int(r)))
+    slow = np.flatnonzero((count > 0) & (replay.factor < 1.0))  # ranks that were ever the slowest
+    if slow.size:
+        without[slow] = np.median(replay.without_each(slow), axis=1)
     cost = 100.0 * (1.0 - without / t_iter) if t_iter > 0 else np.full(n_ranks, np.nan)
     med_compute = whatif.median_of(typical["compute"])
-    ranks = pd.DataFrame({
-        "rank": np.asarray(rank_ids, dtype=np.int64), "host": hosts, "local_rank": np.asarray(local, dtype=np.int64),
-        "compute_s": typical["compute"], "excess_pct": 100.0 * (typical["compute"] / med_compute - 1.0),
-        "slowest_share": share, "slowest_iterations": count, "median_excess_s": median_excess,
-        "median_excess_pct": 100.0 * median_relative, "through": top_phase, "cost_pct": cost,
-        "whatif_t_iter_s": without,
-    })  # fmt: skip
-    rows = _rows(p.point_id, ranks, typical, t_iter)
-    buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).buckets.copy()
-    buckets.insert(0, "point", p.point_id)
-    return PointStragglers(p.point_id, p.point.label(), ranks, rows, _scenarios(p, replay, ranks, t_iter), buckets,
+    ranks: Columns = {
+        "rank": np.asarray(rank_ids, dtype=np.int64), "host": np.asarray(hosts, dtype=object),
+        "local_rank": np.asarray(local, dtype=np.int64), "compute_s": typical["compute"],
+        "excess_pct": 100.0 * (typical["compute"] / med_compute - 1.0), "slowest_share": count / max(n, 1),
+        "slowest_iterations": count, "median_excess_s": median_excess, "median_excess_pct": 100.0 * median_relative,
+        "through": top_phase, "cost_pct": cost, "whatif_t_iter_s": without,
+    }  # fmt: skip
+    buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).buckets
+    return PointStragglers(p.point_id, p.point.label(), ranks, _rows(p.point_id, ranks, typical, t_iter),
+                           _scenarios(p, replay, ranks, t_iter), buckets,
                            _block_mean(a.compute, HEAT_RANKS, HEAT_ITERATIONS), t_iter)  # fmt: skip
 
 
-def _rows(point_id: str, ranks: pd.DataFrame, typical: dict[str, np.ndarray], t_iter: float) -> pd.DataFrame:
-    """stragglers.csv's rows of one point: rank x phase (built at once: pandas inserts are slow)."""
-    n, k = len(ranks), len(ROW_PHASES)
+def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter: float) -> Columns:
+    """stragglers.csv's rows of one point: rank x phase."""
+    n, k = len(ranks["rank"]), len(ROW_PHASES)
     values = np.concatenate([typical[phase] for phase in ROW_PHASES])
-    med = np.repeat([whatif.median_of(typical[phase]) for phase in ROW_PHASES], n)
+    med = np.repeat([np.median(typical[phase]) for phase in ROW_PHASES], n)
     with np.errstate(divide="ignore", invalid="ignore"):
         excess_pct = np.where(med > 0, 100.0 * (values - med) / med, np.nan)
-    columns: dict[str, object] = {
+    columns: Columns = {
         "point": np.full(n * k, point_id, dtype=object),
         "phase": np.repeat(np.asarray(ROW_PHASES, dtype=object), n),
         "phase_s": values,
@@ -185,30 +209,31 @@ def _rows(point_id: str, ranks: pd.DataFrame, typical: dict[str, np.ndarray], t_
     }
     for key in ("rank", "host", "local_rank", "slowest_share", "slowest_iterations", "median_excess_s",
                 "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s"):  # fmt: skip
-        columns[key] = np.tile(ranks[key].to_numpy(), k)
-    return pd.DataFrame(columns)[STRAGGLER_COLUMNS]
+        columns[key] = np.tile(ranks[key], k)
+    return columns
 
 
-def _scenarios(p: PointData, replay: whatif.Replay, ranks: pd.DataFrame, t_iter: float) -> pd.DataFrame:
-    """whatif.csv's rows of one point: measured, every rank at the median speed, each slow rank
-    alone at the median speed, communication hidden."""
+def _scenarios(p: PointData, replay: whatif.Replay, ranks: Columns, t_iter: float) -> Columns:
+    """whatif.csv's rows of one point: measured, every rank at the median speed, communication
+    hidden, then each slow rank alone at the median speed (costliest first)."""
+    without = ranks["whatif_t_iter_s"]
+    slow = np.flatnonzero((ranks["slowest_iterations"] > 0) & (without < t_iter))
+    slow = slow[np.argsort(-ranks["cost_pct"][slow], kind="stable")]
+    t = np.concatenate(([t_iter, whatif.median_of(replay.all_median), whatif.median_of(replay.comm_hidden)],
+                        without[slow])).astype(np.float64)  # fmt: skip
     samples = p.iterations.shape[0] * p.point.batch_size
-    rows: list[tuple[str, object, str, float]] = [
-        ("measured", "", "", t_iter),
-        ("all ranks at median speed", "", "", whatif.median_of(replay.all_median)),
-        ("communication hidden", "", "", whatif.median_of(replay.comm_hidden)),
-    ]
-    slow = ranks[(ranks["slowest_iterations"] > 0) & (ranks["whatif_t_iter_s"] < t_iter)]
-    slow = slow.sort_values("cost_pct", ascending=False)
-    for rank, host, t in zip(
-        slow["rank"].tolist(), slow["host"].tolist(), slow["whatif_t_iter_s"].tolist(), strict=True
-    ):
-        rows.append(("rank at median speed", int(rank), str(host), float(t)))
-    frame = pd.DataFrame(rows, columns=["scenario", "rank", "host", "t_iter_s"])
-    frame.insert(0, "point", p.point_id)
-    frame["throughput"] = [metrics.throughput(1, samples, t) for t in frame["t_iter_s"]]
-    frame["saving_pct"] = 100.0 * (1.0 - frame["t_iter_s"] / t_iter) if t_iter > 0 else np.nan
-    return frame[WHATIF_COLUMNS]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        throughput = np.where(t > 0, samples / t, np.nan)
+        saving = 100.0 * (1.0 - t / t_iter) if t_iter > 0 else np.full(t.size, np.nan)
+    return {
+        "point": np.full(t.size, p.point_id, dtype=object),
+        "scenario": np.asarray(SCENARIOS + ["rank at median speed"] * slow.size, dtype=object),
+        "rank": np.asarray(["", "", "", *ranks["rank"][slow].tolist()], dtype=object),
+        "host": np.asarray(["", "", "", *ranks["host"][slow].tolist()], dtype=object),
+        "t_iter_s": t,
+        "throughput": throughput,
+        "saving_pct": saving,
+    }
 
 
 def hosts_table(points: list[PointStragglers]) -> pd.DataFrame:
@@ -217,18 +242,18 @@ def hosts_table(points: list[PointStragglers]) -> pd.DataFrame:
     of its compute excess over the point's median rank, %)."""
     seen: dict[tuple[str, str], list[tuple[str, bool, float]]] = {}
     for ps in points:
-        ranks = ps.ranks
-        if len(ranks) < 2:
+        cols = ps.rank_columns
+        if len(cols["rank"]) < 2:
             continue
-        worst = int(ranks["excess_pct"].to_numpy().argmax())
-        worst_host = str(ranks["host"].iloc[worst])
-        excess_pct = ranks["excess_pct"].tolist()
-        for i, (host, local) in enumerate(zip(ranks["host"].tolist(), ranks["local_rank"].tolist(), strict=True)):
-            seen.setdefault((str(host), str(local)), []).append((ps.point_id, i == worst, float(excess_pct[i])))
-        if ranks["host"].nunique() > 1:
-            for host, group in ranks.groupby("host", sort=False):
-                excess = float(group["excess_pct"].max())
-                seen.setdefault((str(host), ""), []).append((ps.point_id, str(host) == worst_host, excess))
+        excess_pct = cols["excess_pct"]
+        worst = int(excess_pct.argmax())
+        hosts = [str(h) for h in cols["host"]]
+        for i, (host, local) in enumerate(zip(hosts, cols["local_rank"].tolist(), strict=True)):
+            seen.setdefault((host, str(local)), []).append((ps.point_id, i == worst, float(excess_pct[i])))
+        if len(set(hosts)) > 1:
+            for host in dict.fromkeys(hosts):  # in order of first appearance
+                excess = float(max(e for h, e in zip(hosts, excess_pct.tolist(), strict=True) if h == host))
+                seen.setdefault((host, ""), []).append((ps.point_id, host == hosts[worst], excess))
     rows = []
     for (host, local), evidence in seen.items():
         slowest = [(pid, e) for pid, was, e in evidence if was]
@@ -250,29 +275,41 @@ def headline(points: list[PointStragglers]) -> str:
     """One sentence when some rank costs more than HEADLINE_COST_PCT of its point's t_iter, else ''."""
     worst = []
     for ps in points:
-        if len(ps.ranks) and np.isfinite(ps.ranks["cost_pct"]).any():
-            r = ps.ranks.loc[ps.ranks["cost_pct"].idxmax()]
-            if r["cost_pct"] > HEADLINE_COST_PCT:
-                worst.append((float(r["cost_pct"]), ps, r))
+        r = ps.worst
+        if r is not None and ps.rank_columns["cost_pct"][r] > HEADLINE_COST_PCT:
+            worst.append((float(ps.rank_columns["cost_pct"][r]), ps, r))
     if not worst:
         return ""
     worst.sort(key=lambda w: -w[0])
     cost, ps, r = worst[0]
+    col = ps.rank_columns
     more = (
         f"; {len(worst) - 1} more points have a straggler costing over {HEADLINE_COST_PCT:.0f} %"
         if len(worst) > 1
         else ""
     )
     return (
-        f"Straggler: rank {int(r['rank'])} on host {r['host']} costs {cost:.1f} % of point {ps.point_id}'s "
-        f"iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(r['whatif_t_iter_s']) * 1e3:.2f} ms with it at the "
-        f"median rank's speed), slowest mostly through {r['through'] or 'compute'}{more} (stragglers.csv)."
+        f"Straggler: rank {int(col['rank'][r])} on host {col['host'][r]} costs {cost:.1f} % of point "
+        f"{ps.point_id}'s iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(col['whatif_t_iter_s'][r]) * 1e3:.2f} "
+        f"ms with it at the median rank's speed), slowest mostly through {col['through'][r] or 'compute'}{more} "
+        "(stragglers.csv)."
     )
 
 
-def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    kept = [f for f in frames if not f.empty]
-    return pd.concat(kept, ignore_index=True) if kept else pd.DataFrame(columns=columns)
+def _frame(tables: list[Columns], columns: list[str]) -> pd.DataFrame:
+    """One DataFrame of the points' tables (each a dict of equal-length columns), concatenated column by column."""
+    if not tables:
+        return pd.DataFrame(columns=columns)
+    return pd.DataFrame({c: np.concatenate([t[c] for t in tables]) for c in columns})
+
+
+def _buckets(points: list[PointStragglers]) -> pd.DataFrame:
+    kept = [d for d in points if not d.buckets.empty]
+    if not kept:
+        return pd.DataFrame(columns=exposure.BUCKET_COLUMNS)
+    table = pd.concat([d.buckets for d in kept], ignore_index=True)
+    table.insert(0, "point", np.repeat([d.point_id for d in kept], [len(d.buckets) for d in kept]))
+    return table[exposure.BUCKET_COLUMNS]
 
 
 def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | None = None) -> SweepStragglers:
@@ -288,9 +325,9 @@ def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | N
         return SweepStragglers()
     return SweepStragglers(
         done,
-        pd.concat([d.rows for d in done], ignore_index=True),
-        pd.concat([d.whatif for d in done], ignore_index=True),
+        _frame([d.row_columns for d in done], STRAGGLER_COLUMNS),
+        _frame([d.whatif_columns for d in done], WHATIF_COLUMNS),
         hosts_table(done),
-        _concat([d.buckets for d in done], exposure.BUCKET_COLUMNS),
+        _buckets(done),
         headline(done),
     )

@@ -97,6 +97,16 @@ class Replay:
     _d: np.ndarray  # iteration durations
     _top: Top2  # of c (synchronous) or d (asynchronous)
 
+    def without_each(self, ranks: np.ndarray) -> np.ndarray:
+        """Step times, one row per rank of `ranks`, with that rank alone at the median speed."""
+        c = self._c[ranks]
+        saved = c * (1.0 - self.factor[ranks]).astype(c.dtype)[:, None]
+        mine = self._top.rank[None, :] == ranks[:, None]
+        others = np.where(mine, self._top.second[None, :], self._top.first[None, :])
+        if self.synchronous:
+            return np.asarray(self.measured - (self._top.first - np.maximum(others, c - saved)), dtype=np.float64)
+        return np.asarray(np.maximum(others, self._d[ranks] - saved), dtype=np.float64)
+
     def without(self, r: int) -> np.ndarray:
         """Step times with rank r alone at the median speed."""
         if self.factor[r] >= 1.0:
