@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.timed import SAMPLE_ITERATIONS, columns_of, timed_columns
+from hpcbench.analysis.timed import Sample
 
 BUCKET_COLUMNS = ["point", "op", "bucket", "messages", "bytes", "mean_s", "hidden_share", "exposed_mean_s",
                   "exposed_share"]  # fmt: skip
@@ -41,6 +41,7 @@ class Exposure:
     union_s: float  # mean over ranks and timed iterations of the time any message was in flight
     exposed_s: float  # likewise, in flight after backward ended
     buckets: pd.DataFrame  # BUCKET_COLUMNS without `point`
+    sample: Sample | None = None  # the iterations measured (timed.py), for the attribution to reuse
 
 
 def _empty() -> Exposure:
@@ -199,10 +200,11 @@ def measure(
 def of(iterations: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bool = True) -> Exposure:
     """The exposure of a point from its whole iteration array (warm-up included) and messages,
     over at most SAMPLE_ITERATIONS evenly spaced timed iterations (timed.py)."""
-    columns = timed_columns(iterations, SAMPLE_ITERATIONS)
-    if columns.size < timed_columns(iterations).size:
-        comm = messages_of(comm, columns)
-    return measure(columns_of(iterations, columns), columns, comm, buckets, union)
+    sample = Sample.of(iterations)
+    got = measure(sample.rows, sample.columns, messages_of(comm, sample.columns) if sample.sampled else comm,
+                  buckets, union)  # fmt: skip
+    got.sample = sample
+    return got
 
 
 def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import exposure, metrics, whatif
-from hpcbench.analysis.timed import SAMPLE_ITERATIONS, columns_of, timed_columns
+from hpcbench.analysis.timed import Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
 
@@ -128,9 +128,8 @@ class _Arrays:
     columns: np.ndarray  # iteration index of each column (the timed ones, or a sample: timed.py)
 
     @classmethod
-    def of(cls, iterations: np.ndarray) -> _Arrays:
-        columns = timed_columns(iterations, SAMPLE_ITERATIONS)
-        timed = columns_of(iterations, columns)
+    def of(cls, sample: Sample) -> _Arrays:
+        columns, timed = sample.columns, sample.rows
         phase = {p: timed[p].astype(np.float32) for p in PHASES}
         compute = phase[COMPUTE_PHASES[0]].copy()
         for p in COMPUTE_PHASES[1:]:
@@ -156,7 +155,7 @@ def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 
 def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointStragglers:
     """Attribution and replay of one point (of two or more ranks); `measured`: its exposure, if known."""
-    a = _Arrays.of(p.iterations)
+    a = _Arrays.of(measured.sample if measured is not None and measured.sample is not None else Sample.of(p.iterations))
     n_ranks, n = a.compute.shape
     hosts = p.hostnames[:n_ranks] + ["?"] * max(0, n_ranks - len(p.hostnames))
     rank_ids = p.ranks["rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.arange(n_ranks)
