@@ -1,0 +1,204 @@
+"""Theano 1.0.5 or PyTensor: compiled functions, one MPI all-reduce per gradient (mpi4py).
+
+One adapter for both: Theano where it imports (the `legacy` environment), else PyTensor,
+its maintained successor (`modern`); `library.py` sets each one's flags before importing it
+and the provenance names the one used (`theano_library`). The model is built from the
+zoo's description (`layers.py`, on the weights of `hpcbench.frameworks.jax.weights`: He-normal
+from the point's seed, broadcast from rank 0). Four compiled functions make a step:
+
+- forward: (x, y) -> the loss and every layer's output;
+- backward: those outputs -> every weight's gradient, layer by layer from the saved
+  outputs (no second forward pass);
+- comm: one `Allreduce(IN_PLACE)` (sum) per gradient through mpi4py, last layer first, each
+  timed as a message (`allreduce`, the weight's name), then divided by the ranks;
+- update: a compiled optimizer step (SGD, momentum 0.9, Adam) on shared variables.
+
+Inputs are numpy arrays handed to the compiled functions (no `h2d` phase: 0 s). All
+gradients come out of one backward function, so backward and communication do not
+overlap. The first compile of a model takes 15-20 s per function (PyTensor's Numba linker compiles
+on the first call: `build` calls forward and backward once); compiled graphs are cached
+per environment (`library.py`), so later runs start in seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.jax import weights as zoo_weights
+from hpcbench.frameworks.theano import library
+from hpcbench.rank.collectives import Comm
+from hpcbench.rank.env import RankEnv
+from hpcbench.registry import import_error
+from hpcbench.spec import Point
+from hpcbench.trace.recorder import Phase, Recorder
+from hpcbench.workloads import datasets as data
+
+MPI_LAUNCHERS = ("mpirun", "srun")
+MOMENTUM = 0.9
+ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
+
+
+@FRAMEWORKS.register
+class TheanoFramework(Framework):
+    name = "theano"
+    requires = ()  # Theano or PyTensor, whichever imports: see `unavailable`
+    backends = ("mpi",)
+    models = zoo_weights.SUPPORTED
+    datasets = data.NAMES
+
+    @classmethod
+    def check_point(cls, point: Point) -> Iterable[Problem]:
+        yield from super().check_point(point)
+        if point.device != "cpu":
+            yield "device", "theano runs on the CPU here (gradients exchanged from host memory)", "cpu"
+        if point.launcher not in MPI_LAUNCHERS:
+            yield "launcher", f"theano exchanges gradients over MPI: {point.launcher!r} gives none", "mpirun, srun"
+        for key in dict(point.extra):
+            yield "extra", f"{key!r} is not a theano setting", "none"
+
+    @classmethod
+    def unavailable(cls, backend: str) -> str | None:
+        missing = import_error(("mpi4py",))
+        if missing is not None:
+            return missing
+        try:
+            library.load()
+        except ImportError as exc:
+            return str(exc)
+        return None
+
+    def __init__(self) -> None:
+        self._rank, self._size = 0, 1
+        self._mpi: Any = None
+
+    def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
+        if comm is None or comm.mpi_comm is None:
+            raise HpcbenchError("theano needs ranks started by an MPI launcher (mpirun, srun)")
+        from mpi4py import MPI
+
+        self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
+        self._in_place, self._sum = MPI.IN_PLACE, MPI.SUM
+        self.lib = library.load()
+
+    def build(self, point: Point) -> None:
+        from hpcbench.frameworks.theano import layers
+
+        lib, T = self.lib, self.lib.tensor
+        model = self._model = model_for(point)
+        steps = zoo_weights.steps(model)
+        named = zoo_weights.initial(model, point.seed)
+        for _, w in named:
+            self._mpi.Bcast(w, root=0)
+        self._names = [n for n, _ in named]
+        self.weights = [lib.module.shared(w, name=n) for n, w in named]
+
+        x, y = T.tensor4("x", dtype="float32"), T.lvector("y")
+        outs = layers.forward(lib, steps, self.weights, x)
+        cost = layers.loss(lib, model.task, outs[-1], x, y)
+        self._forward = lib.module.function([x, y], [cost, *outs])
+        saved = [o.type() for o in outs]  # the forward's outputs, given back to backward
+        out_cost = layers.loss(lib, model.task, saved[-1], x, y)
+        last = lib.module.grad(out_cost, saved[-1])
+        grads = layers.backward(lib, steps, self.weights, [x, *saved[:-1]], last)
+        self._backward = lib.module.function([x, *saved, y], grads, on_unused_input="ignore")
+        averaged = [w.type() for w in self.weights]
+        updates = _updates(lib, point.optimizer, point.lr, self.weights, averaged)
+        self._update = lib.module.function(averaged, [], updates=updates)
+        self._predict = lib.module.function([x], outs[-1])
+        self._loss = lib.module.function([x, y], cost)
+
+        shard = self._shard = shard_for(point, model, self._rank, self._size)
+        shuffle = point.dataset != "synthetic"
+        self._batches = data.Batches(shard.train, point.batch_size, point.seed, self._rank, shuffle)
+        self._eval_batch = point.batch_size
+        # PyTensor's Numba linker compiles a function on its first call (a minute for a
+        # backward graph on a busy machine): call forward and backward once here, outside the
+        # timed loop, on the first batch's shape (the weights are not updated).
+        x0, y0 = shard.train.x[: point.batch_size], shard.train.y[: point.batch_size]
+        _, *outs0 = self._forward(x0, y0)
+        self._backward(x0, *outs0, y0)
+
+    def steps_per_epoch(self) -> int:
+        return self._batches.steps_per_epoch
+
+    def _exchange(self, rec: Recorder, grads: list[Any]) -> list[np.ndarray]:
+        """Every gradient summed over the ranks in place, last layer first, each timed; then averaged."""
+        comm, iteration, mpi = rec.comm, rec.iteration, self._mpi
+        out = [np.ascontiguousarray(g, dtype=np.float32) for g in grads]
+        for i in reversed(range(len(out))):
+            g = out[i]
+            t0 = time.perf_counter_ns()
+            slot = (
+                comm.begin(iteration, "allreduce", self._names[i], "float32", g.nbytes, t0) if comm is not None else -1
+            )
+            mpi.Allreduce(self._in_place, g, op=self._sum)
+            t1 = time.perf_counter_ns()
+            if comm is not None:
+                comm.end(slot, t1)
+            rec.add_comm(t1 - t0)
+        scale = np.float32(1.0 / self._size)
+        for g in out:
+            g *= scale
+        return out
+
+    def step(self, rec: Recorder) -> Any:
+        x, y = self._batches.next()
+        rec.mark(Phase.DATA)
+        loss, *outs = self._forward(x, y)
+        rec.mark(Phase.FORWARD)
+        grads = self._backward(x, *outs, y)
+        rec.mark(Phase.BACKWARD)
+        averaged = self._exchange(rec, grads)
+        rec.mark(Phase.COMM)
+        self._update(*averaged)
+        rec.mark(Phase.UPDATE)
+        return float(loss)
+
+    def evaluate(self) -> Evaluation:
+        correct = total = 0
+        loss_sum = 0.0
+        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
+            loss_sum += float(self._loss(x, y)) * len(y)
+            if self._model.classes:
+                correct += int((np.asarray(self._predict(x)).argmax(axis=1) == y).sum())
+                total += len(y)
+        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+
+    def parameter_checksum(self) -> float:
+        return checksum(w.get_value() for w in self.weights)
+
+    def versions(self) -> dict[str, str]:
+        lib = self.lib
+        return {"theano_library": lib.name, lib.name: lib.version, **lib.flags()}
+
+
+def _updates(lib: library.Library, kind: str, lr: float, weights: list[Any], grads: list[Any]) -> list[Any]:
+    """(shared variable, new value) pairs of one optimizer step on the averaged gradients."""
+    shared, T = lib.module.shared, lib.tensor
+    lr_ = np.float32(lr)
+    if kind == "adam":
+        b1, b2, eps = (np.float32(v) for v in ADAM)
+        t = shared(np.float32(0), name="adam.t")
+        t1 = t + 1
+        scale = lr_ * T.sqrt(1 - b2**t1) / (1 - b1**t1)
+        out: list[Any] = [(t, t1)]
+        for w, g in zip(weights, grads, strict=True):
+            m = shared(np.zeros_like(w.get_value()), name=f"{w.name}.m")
+            v = shared(np.zeros_like(w.get_value()), name=f"{w.name}.v")
+            m1, v1 = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            out += [(m, m1), (v, v1), (w, w - scale * m1 / (T.sqrt(v1) + eps))]
+        return out
+    if kind == "momentum":
+        out = []
+        for w, g in zip(weights, grads, strict=True):
+            velocity = shared(np.zeros_like(w.get_value()), name=f"{w.name}.velocity")
+            v1 = np.float32(MOMENTUM) * velocity + g
+            out += [(velocity, v1), (w, w - lr_ * v1)]
+        return out
+    return [(w, w - lr_ * g) for w, g in zip(weights, grads, strict=True)]

@@ -1,0 +1,97 @@
+"""Which of Theano and PyTensor this interpreter has, set up before it is imported.
+
+Theano 1.0.5 (the `legacy` environment: numpy < 1.24, scipy < 1.12) is taken where it
+imports, else PyTensor, its maintained successor (the `modern` environment); both give the
+same tensor API for what the adapter uses. Before the import:
+
+- Theano: `THEANO_FLAGS` gets `floatX=float32`, an empty `blas.ldflags` (without it the
+  import fails looking for a BLAS to link against: it then calls numpy's) and
+  `base_compiledir`, a compile cache per interpreter;
+- PyTensor: `PYTENSOR_FLAGS` gets `floatX=float32` and `base_compiledir`, and
+  `NUMBA_CACHE_DIR` the same cache (its default linker compiles through Numba).
+
+Settings already in those variables win. The caches live in `$HPCBENCH_CACHE` (default
+`~/.cache/hpcbench`), under `theano/` or `pytensor/` and the interpreter's prefix, so every
+environment and rank reuses its compiled graphs (the first compile takes 15-20 s).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+NAMES = ("theano", "pytensor")
+
+
+def cache_dir(name: str) -> Path:
+    """The compile cache of library `name` for this interpreter."""
+    root = Path(os.environ.get("HPCBENCH_CACHE") or Path.home() / ".cache" / "hpcbench")
+    prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    return root / name / f"py{sys.version_info[0]}{sys.version_info[1]}-{prefix}"
+
+
+def _add_flags(variable: str, flags: dict[str, str]) -> None:
+    current = os.environ.get(variable, "")
+    given = {item.split("=", 1)[0].strip() for item in current.split(",") if "=" in item}
+    added = [f"{key}={value}" for key, value in flags.items() if key not in given]
+    os.environ[variable] = ",".join(part for part in (current, *added) if part)
+
+
+def available() -> str | None:
+    """The library this interpreter would use (without importing it), or None."""
+    for name in NAMES:
+        if importlib.util.find_spec(name) is not None:
+            return name
+    return None
+
+
+@dataclass(frozen=True)
+class Library:
+    name: str
+    version: str
+    module: Any  # theano | pytensor
+    tensor: Any  # theano.tensor | pytensor.tensor
+
+    @property
+    def native_conv(self) -> Any | None:
+        """Theano's conv2d and pool_2d (None in PyTensor, which has neither)."""
+        nnet = getattr(self.tensor, "nnet", None)
+        return nnet if nnet is not None and hasattr(nnet, "conv2d") else None
+
+    def flags(self) -> dict[str, str]:
+        out = {f"{self.name}_flags": os.environ.get(f"{self.name.upper()}_FLAGS", "")}
+        config = self.module.config
+        out[f"{self.name}_mode"] = str(config.mode)
+        out[f"{self.name}_linker"] = str(config.linker)
+        out[f"{self.name}_floatx"] = str(config.floatX)
+        return out
+
+
+def load(prefer: str | None = None) -> Library:
+    """Set the library's flags and import it: `prefer` if given, else Theano where it imports,
+    else PyTensor. Raises the last ImportError when neither imports."""
+    error: Exception | None = None
+    for name in (prefer,) if prefer else NAMES:
+        if name is None or importlib.util.find_spec(name) is None:
+            continue
+        cache = cache_dir(name)
+        cache.mkdir(parents=True, exist_ok=True)
+        if name == "theano":
+            _add_flags("THEANO_FLAGS", {"floatX": "float32", "blas.ldflags": "", "base_compiledir": str(cache)})
+        else:
+            _add_flags("PYTENSOR_FLAGS", {"floatX": "float32", "base_compiledir": str(cache)})
+            os.environ.setdefault("NUMBA_CACHE_DIR", str(cache / "numba"))
+        try:
+            module = importlib.import_module(name)
+            tensor = importlib.import_module(f"{name}.tensor")
+        except Exception as exc:  # noqa: BLE001 - try the other library; raised below if none works
+            error = exc
+            continue
+        return Library(name, str(module.__version__), module, tensor)
+    raise ImportError(f"neither Theano nor PyTensor imports here: {error or 'not installed'}")
