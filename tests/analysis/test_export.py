@@ -13,8 +13,8 @@ from typing import Any
 
 import h5py
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.parquet as pq  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from hpcbench.analysis import tables

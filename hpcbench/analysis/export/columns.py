@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
-import pyarrow.compute as pc  # type: ignore[import-untyped]
+import pyarrow as pa
+import pyarrow.compute as pc
 
 NS_PER_S = 1e9
 _INT64_LIMIT = 9.2e18  # nanoseconds beyond this (292 years) do not fit an int64: null

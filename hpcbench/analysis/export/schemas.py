@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow as pa
 
 from hpcbench.analysis.export.columns import (
     STRING,
