@@ -14,6 +14,7 @@ Derived from these: `repeats` (mean and confidence interval over seeds, stats.py
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.layout import RESULT_SUFFIX, SweepDir, is_attempt
+
+FileHook = Callable[[int, int], None]  # (files read, files in all)
 
 
 @dataclass
@@ -51,7 +54,7 @@ def _attempts(directory: Path) -> dict[str, int]:
     return counts
 
 
-def load(directory: Path | str) -> SweepData:
+def load(directory: Path | str, on_file: FileHook | None = None) -> SweepData:
     """Every complete point file of a sweep; the others are skipped with a warning.
 
     A point run more than once (stopped or failed, then resumed or requeued) keeps its earlier
@@ -59,13 +62,18 @@ def load(directory: Path | str) -> SweepData:
     not joined: a rerun starts again at iteration 0 (no framework here resumes from a
     checkpoint), with its own warm-up, processes, placement and clock epoch, so its
     iterations repeat the earlier ones rather than continue them.
+
+    `on_file(done, total)` is called after each file is read (for progress displays).
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise HpcbenchError(f"{directory}: no such sweep directory")
     data = SweepData(directory)
     attempts = _attempts(directory)
-    for path in point_files(directory):
+    files = point_files(directory)
+    for done, path in enumerate(files):
+        if on_file is not None:
+            on_file(done, len(files))
         try:
             point = read_point(path)
         except HpcbenchError as exc:
@@ -91,6 +99,8 @@ def load(directory: Path | str) -> SweepData:
                 "not joined to it (a rerun starts again at iteration 0, it does not continue them)"
             )
         data.points.append(point)
+    if on_file is not None:
+        on_file(len(files), len(files))
     return data
 
 
@@ -188,9 +198,15 @@ class Analysis:
         return samples_table(self.data)
 
 
-def analyse(directory: Path | str, target_accuracy: float | None = None, link: LinkCost | None = None) -> Analysis:
-    """Load a sweep and derive every table. Raises HpcbenchError without a complete point."""
-    sweep = load(directory)
+def analyse(
+    directory: Path | str,
+    target_accuracy: float | None = None,
+    link: LinkCost | None = None,
+    on_file: FileHook | None = None,
+) -> Analysis:
+    """Load a sweep and derive every table. Raises HpcbenchError without a complete point.
+    `on_file`: as `load`'s."""
+    sweep = load(directory, on_file)
     if not sweep.points:
         raise HpcbenchError(f"{sweep.directory}: no complete point files to analyse")
     if target_accuracy is not None and not 0 < target_accuracy <= 1:

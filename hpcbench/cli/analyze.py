@@ -27,6 +27,7 @@ from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.cli import textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
+from hpcbench.cli.progress import FileProgress
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.atomic import write_text_atomic
@@ -49,7 +50,8 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def cmd_summary(directory: Path, out: TextIO) -> int:
-    sweep = tables.load(directory)
+    with FileProgress() as tick:
+        sweep = tables.load(directory, on_file=tick)
     for warning in sweep.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if not sweep.points:
@@ -87,7 +89,8 @@ def cmd_report(directory: Path, target: float | None, commbench: list[Path], out
     from hpcbench.analysis.calibration import link_from_commbench
 
     link: LinkCost | None = link_from_commbench(commbench) if commbench else None
-    analysis = tables.analyse(directory, target_accuracy=target, link=link)
+    with FileProgress() as tick:
+        analysis = tables.analyse(directory, target_accuracy=target, link=link, on_file=tick)
     for warning in analysis.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     paths = report.write_report(analysis)

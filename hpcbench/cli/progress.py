@@ -40,8 +40,9 @@ def _is_terminal(out: TextIO) -> bool:
 class SweepProgress:
     """Points finished out of `total`, with every state's count beside the bar."""
 
-    def __init__(self, out: TextIO, total: int, label: str = "points") -> None:
-        self.out, self.total, self.label = out, total, label
+    def __init__(self, out: TextIO, total: int, label: str = "points", plain: bool = True) -> None:
+        """`plain`: print a line on each change when `out` is not a terminal (else nothing)."""
+        self.out, self.total, self.label, self.plain = out, total, label, plain
         self.live = _is_terminal(out)
         self._last = ""
         self._bar: Progress | None = None
@@ -71,11 +72,46 @@ class SweepProgress:
             return
         self._last = line
         if self._bar is None or self._task is None:
-            print(line, file=self.out, flush=True)
+            if self.plain:
+                print(line, file=self.out, flush=True)
             return
         states = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         finished = sum(counts.get(s, 0) for s in FINISHED)
         self._bar.update(self._task, completed=finished, states=states)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
+class FileProgress:
+    """Point files read while a sweep is analysed: a bar on stderr when it is a terminal,
+    nothing otherwise (the analysis' own output is what a log needs).
+
+        with FileProgress() as tick:
+            tables.analyse(directory, on_file=tick)
+    """
+
+    def __init__(self, err: TextIO | None = None) -> None:
+        self.err = err if err is not None else sys.stderr
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> Callable[[int, int], None]:
+        if _is_terminal(self.err):
+            self._bar = Progress(
+                TextColumn("reading point files"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                console=Console(file=self.err), transient=True,
+            )  # fmt: skip
+            self._bar.start()
+        return self.tick
+
+    def tick(self, done: int, total: int) -> None:
+        if self._bar is None:
+            return
+        if self._task is None:
+            self._task = self._bar.add_task("read", total=total)
+        self._bar.update(self._task, completed=done, total=total)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if self._bar is not None:

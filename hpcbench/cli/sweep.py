@@ -27,6 +27,7 @@ from typing import TextIO
 
 from hpcbench.cli import textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
+from hpcbench.cli.progress import Poller, SweepProgress, plain_line
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.executors import EXECUTORS, Executor, catalog
 from hpcbench.frameworks import FRAMEWORKS
@@ -119,9 +120,19 @@ def _submit_locked(
         manifest.add(p)
     manifest.save()
     launches = [plan.launch_for(p, out_dir, profile, executor_cls.local) for p in points]
-    executor = _executor(manifest, sweep, profile, out, verbose)
-    executor.run(launches)
-    ids = {p.id for p in points}
+    ids = [p.id for p in points]
+
+    def tally() -> dict[str, int]:
+        states = [manifest.entries[i].state for i in ids]
+        return {state: states.count(state) for state in mf.STATES}
+
+    if executor_cls.local:
+        # Points run here, one after another: on a terminal a bar shows how far along the sweep
+        # is; in a log the executor's line per point says it already.
+        with SweepProgress(out, len(ids), plain=False) as (stream, progress), Poller(lambda: progress.update(tally())):
+            _executor(manifest, sweep, profile, stream, verbose).run(launches)
+    else:
+        _executor(manifest, sweep, profile, out, verbose).run(launches)
     states = [manifest.entries[i].state for i in ids]
     if executor_cls.local:
         done = states.count(mf.DONE)
@@ -160,28 +171,18 @@ def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest
     return manifest, _executor(manifest, sweep, profile, out, verbose)
 
 
-def _progress(counts: dict[str, int], width: int = 30) -> str:
-    total = sum(counts.values()) or 1
-    finished = sum(counts[s] for s in mf.ENDED)
-    filled = width * finished // total
-    states = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    return f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished ({states})"
-
-
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     manifest, executor = _load(Path(args.dir), out)
     executor.refresh()
     if args.wait:
-        last = ""
-        while any(e.state in mf.ACTIVE for e in manifest.entries.values()):
-            line = _progress(manifest.counts())
-            if line != last:
-                print(line, file=out, flush=True)
-                last = line
-            time.sleep(args.interval)
-            executor.refresh()
+        with SweepProgress(out, len(manifest.entries)) as (_, progress):
+            while any(e.state in mf.ACTIVE for e in manifest.entries.values()):
+                progress.update(manifest.counts())
+                time.sleep(args.interval)
+                executor.refresh()
+            progress.update(manifest.counts())
     counts = manifest.counts()
-    print(f"sweep {manifest.name!r} ({manifest.executor}): {_progress(counts)}", file=out)
+    print(f"sweep {manifest.name!r} ({manifest.executor}): {plain_line(counts)}", file=out)
     rows = [("point", "state", "job", "tries", "configuration", "log / reason")]
     for e in manifest.entries.values():
         rows.append((e.id, e.state, e.job_id or "-", str(e.attempts), e.label, e.reason or e.log))

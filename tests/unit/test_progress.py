@@ -10,10 +10,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 from hpcbench.cli.progress import Poller, SweepProgress, plain_line
 from hpcbench.cli.textable import render
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_module, spec_text
 
 
 def test_plain_lines_only_when_the_counts_change() -> None:
@@ -48,6 +50,28 @@ def test_poller_ticks_while_running_and_once_at_the_end() -> None:
     assert seen >= 3 and len(ticks) == seen + 1  # the final tick after the thread stopped
 
 
+def on_a_terminal(argv: list[str], timeout: float = 300) -> str:
+    """What `argv` writes to a real (pseudo-)terminal of 100 columns; asserts it exits 0."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": "100", "LINES": "30", "TERM": "xterm-256color"}
+    env.pop("NO_COLOR", None)
+    proc = subprocess.Popen(argv, stdin=follower, stdout=follower, stderr=follower, cwd=ROOT, env=env)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    screen = b"".join(chunks).decode(errors="replace")
+    assert proc.wait(timeout=timeout) == 0, screen[-3000:]
+    return screen
+
+
 def test_a_terminal_gets_a_live_bar_with_lines_above_it() -> None:
     script = textwrap.dedent(
         """
@@ -59,28 +83,21 @@ def test_a_terminal_gets_a_live_bar_with_lines_above_it() -> None:
             progress.update({"done": 3, "failed": 1})
         """
     )
-    leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "100", "LINES": "30", "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdin=follower, stdout=follower, stderr=follower, cwd=ROOT, env=env
-    )
-    os.close(follower)
-    chunks = []
-    while True:
-        try:
-            data = os.read(leader, 65536)
-        except OSError:  # the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    assert proc.wait(timeout=60) == 0
-    os.close(leader)
-    screen = b"".join(chunks).decode(errors="replace")
+    screen = on_a_terminal([sys.executable, "-c", script])
     assert "\x1b[" in screen  # a live display: cursor and colour codes
     assert "4/4" in screen and "3 done, 1 failed" in screen  # the bar's last state
     assert "point-a  done" in screen  # the command's own line, printed while the bar was live
+
+
+def test_a_local_sweep_shows_its_progress_on_a_terminal_only(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(spec_text("bar", {"seed": [1, 2]}, framework="synthetic", backend="none", model="sleep", iterations=3))
+    screen = on_a_terminal([sys.executable, "-m", "hpcbench", "run", str(spec), "--out", str(tmp_path / "t")])
+    assert "2/2" in screen and "2 done" in screen  # the bar, at its end
+    assert screen.count("  done  ") == 2  # each point's own line
+    logged = run_module("hpcbench", "run", str(spec), "--out", str(tmp_path / "l"))
+    assert logged.returncode == 0, logged.stderr
+    assert "\x1b" not in logged.stdout and "finished (" not in logged.stdout  # a log: the points' lines only
+    assert logged.stdout.count("  done  ") == 2
 
 
 def test_tables_are_plain_aligned_text() -> None:
