@@ -307,35 +307,60 @@ def test_bad_settings_are_refused_in_one_line(site: Site, variables: dict[str, s
     assert not venv.exists()
 
 
-def test_the_installed_package_works_from_any_folder(tmp_path: Path) -> None:
-    source = tmp_path / "source"
-    copy_tree(source)
-    venv = tmp_path / "installed"
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    purelib = Path(
-        subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], capture_output=True, text=True
-        ).stdout.strip()
-    )
-    # the project's .venv below it (torch, numpy, pip, setuptools), as --system-site-packages would
-    (purelib / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    start = time.monotonic()
-    pip = [str(python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source)]
-    installed = subprocess.run(pip, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    print(f"pip install (not editable) from a copy: {time.monotonic() - start:.0f} s")
-    assert installed.returncode == 0, installed.stderr
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("HPCBENCH_ENVS_DIR", "PYTHONPATH", "HPCBENCH_PROFILES")}
-    env["XDG_DATA_HOME"] = str(tmp_path / "data")
+class Installed:
+    """hpcbench installed (`pip install`, not editable) from a copy of the source into a
+    fresh environment, run from a folder outside any checkout."""
 
-    def run(*argv: str | Path, **extra: str) -> subprocess.CompletedProcess[str]:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.venv = tmp / "installed"
+        self.python = self.venv / "bin" / "python"
+        self.elsewhere = tmp / "elsewhere"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("HPCBENCH_ENVS_DIR", "PYTHONPATH")}
+        self.env.pop("HPCBENCH_PROFILES", None)
+        self.env["XDG_DATA_HOME"] = str(tmp / "data")
+
+    def purelib(self) -> Path:
+        found = subprocess.run(
+            [self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return Path(found.stdout.strip())
+
+    def run(self, *argv: str | Path, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [str(a) for a in argv], capture_output=True, text=True, timeout=600, cwd=elsewhere, env={**env, **extra}
+            [str(a) for a in argv],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=self.elsewhere,
+            env={**self.env, **extra},
         )
 
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    this = Installed(tmp_path_factory.mktemp("install"))
+    source = this.tmp / "source"
+    copy_tree(source)
+    base = getattr(sys, "_base_executable", sys.executable)
+    subprocess.run([base, "-m", "venv", "--without-pip", str(this.venv)], check=True, timeout=120)
+    # the project's .venv below it (torch, numpy, pip, setuptools), as --system-site-packages would
+    (this.purelib() / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    start = time.monotonic()
+    pip = [str(this.python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source)]
+    done = subprocess.run(pip, capture_output=True, text=True, timeout=600, cwd=this.tmp)
+    print(f"pip install (not editable) from a copy: {time.monotonic() - start:.0f} s")
+    assert done.returncode == 0, done.stderr
+    this.elsewhere.mkdir()
+    return this
+
+
+def test_the_installed_package_works_from_any_folder(installed: Installed) -> None:
+    python, venv, elsewhere, run = installed.python, installed.venv, installed.elsewhere, installed.run
+    tmp_path, purelib = installed.tmp, installed.purelib()
     where = run(python, "-c", "import hpcbench, os; print(os.path.realpath(hpcbench.__file__))")
     assert where.stdout.strip() == str(purelib.resolve() / "hpcbench" / "__init__.py"), where.stderr
     # the shipped site profiles are package data: a dry run shows the example's container prefix
