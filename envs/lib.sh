@@ -244,9 +244,8 @@ hb_h5py_mpi() {
 # loads and the compiler, which every rank compares with what it loads
 # (hpcbench/rank/linkage.py). PY needs hpcbench installed.
 hb_build_record() {
-    local py=$1 out=$2/hpcbench-build.json compiler tmp
+    local py=$1 out=$2/hpcbench-build.json compiler tmp=$2/.hpcbench-build.json.$$
     compiler=$("${hb_mpicc:-cc}" --version 2>/dev/null | head -n 1) || compiler=''
-    tmp=$(mktemp "$out.XXXXXX")
     if ! (cd / && "$py" -m hpcbench.rank.linkage record --compiler "$compiler" --mpicc "$hb_mpicc" >"$tmp"); then
         rm -f "$tmp"
         hb_die "$py cannot write its build record (python -m hpcbench.rank.linkage record failed, see above)"

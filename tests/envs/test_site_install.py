@@ -211,7 +211,9 @@ def test_a_user_without_root_builds_on_the_sites_mpi_and_parallel_hdf5(site: Sit
     assert record["hdf5_parallel"] is True
     assert record["mpicc"] == str(site.mpi / "bin" / "mpicc")
     assert record["mpi_library"].startswith("Open MPI v")
-    assert (venv / linkage.BUILD_RECORD).stat().st_uid == site.user.pw_uid
+    stat = (venv / linkage.BUILD_RECORD).stat()
+    assert stat.st_uid == site.user.pw_uid
+    assert stat.st_mode & 0o777 == (venv / "pyvenv.cfg").stat().st_mode & 0o777  # as the rest of the environment
     assert [p.name for p in (site.cache / "h5py-mpi").glob("*/h5py-3.14.0-*.whl")]
     # the libraries it loads are those it was built against
     check = site.run(venv / "bin" / "python", "-m", "hpcbench.rank.linkage", "check", env=site.env())
