@@ -292,6 +292,23 @@ def test_without_mpi_setup_names_what_is_missing_and_creates_nothing(site: Site)
     assert not venv.exists()
 
 
+def test_as_root_apt_can_be_turned_off(site: Site, tmp_path: Path) -> None:
+    """Root with apt-get, no MPI on PATH and HPCBENCH_APT=0: the same error, no apt-get."""
+    env = {**site.env(without_mpi=True), "HOME": str(tmp_path), "HPCBENCH_APT": "0"}
+    proc = subprocess.run(
+        ["bash", str(ROOT / "envs" / "setup.sh"), str(tmp_path / "venv")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1
+    assert last_line(proc).startswith("[setup] error: no MPI found"), proc.stderr
+    assert "apt-get install" not in proc.stderr.replace(last_line(proc), "")
+    assert not (tmp_path / "venv").exists()
+
+
 @pytest.mark.parametrize(
     ("variables", "message"),
     [
