@@ -111,14 +111,17 @@ class _Buckets:
 
     def table(self) -> pd.DataFrame:
         count, nbytes, duration, hidden, exposed = self.sums
-        table = pd.DataFrame({
-            "op": [op for op, _ in self.names], "bucket": [name for _, name in self.names],
-            "messages": count.astype(np.int64),
-            "bytes": nbytes / count, "mean_s": duration / count, "hidden_share": hidden / count,
-            "exposed_mean_s": exposed / count,
-        })  # fmt: skip
-        table["exposed_share"] = np.where(table["mean_s"] > 0, table["exposed_mean_s"] / table["mean_s"], 0.0)
-        return table.sort_values("exposed_mean_s", ascending=False, kind="stable").reset_index(drop=True)
+        mean_s, exposed_mean_s = duration / count, exposed / count
+        with np.errstate(divide="ignore", invalid="ignore"):
+            exposed_share = np.where(mean_s > 0, exposed_mean_s / mean_s, 0.0)
+        order = np.argsort(-exposed_mean_s, kind="stable")  # the most exposed first
+        columns = {
+            "op": np.asarray([op for op, _ in self.names], dtype=object), "bucket": np.asarray(
+                [name for _, name in self.names], dtype=object), "messages": count.astype(np.int64),
+            "bytes": nbytes / count, "mean_s": mean_s, "hidden_share": hidden / count,
+            "exposed_mean_s": exposed_mean_s, "exposed_share": exposed_share,
+        }  # fmt: skip
+        return pd.DataFrame({key: value[order] for key, value in columns.items()})
 
 
 def backward_end(timed: np.ndarray) -> np.ndarray:
