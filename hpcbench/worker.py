@@ -26,7 +26,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks import FRAMEWORKS, Framework
 from hpcbench.launchers import detect
 from hpcbench.rank import env as rankenv
-from hpcbench.rank import provenance
+from hpcbench.rank import linkage, provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.rank.failures import describe, write_account
 from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
@@ -163,6 +163,11 @@ class PointRun:
     def start(self) -> bool:
         """Set up the framework and the shared point file; False if it is complete already."""
         point, options, renv = self.point, self.spec.options, self.renv
+        # Before anything else: a compute node whose modules load another MPI or HDF5 than the
+        # environment was built against fails here with both named, not later inside a rank.
+        mismatch = linkage.mismatch()
+        if mismatch is not None:
+            raise HpcbenchError(mismatch)
         self.framework = framework = self._framework()
         self.comm = comm = self.comm or framework.bookkeeping_comm() or SelfComm()
         if comm.size != point.ranks:

@@ -90,7 +90,7 @@ def _check_runnable(sweep: Sweep, local: bool) -> None:
         missing = envs.missing_modules(env, sorted(modules))
         if missing:
             where = f"environment {env!r}" if env else "this interpreter"
-            hint = f" (bash envs/build.sh {env})" if env else " (or give the points an env:)"
+            hint = f" ({envs.build_command(env)})" if env else " (or give the points an env:)"
             raise HpcbenchError(f"{', '.join(missing)} cannot be imported in {where}{hint}")
 
 
