@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench.rank.stop import EXIT_CODE
+from hpcbench.rank.collectives import SelfComm
+from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
@@ -193,3 +194,29 @@ def test_the_sweeps_time_limit_stops_the_point(write_spec: Callable[..., Path], 
     assert entry.state == STOPPED, entry.reason
     assert entry.reason.startswith("time limit: timed out after 20 s; see "), entry.reason
     check_stopped(read_point(out / entry.result), 2, "time limit: timed out after 20 s")
+
+
+@pytest.mark.parametrize("noted_at", [-1, 0, 7])
+def test_the_loop_stops_exactly_where_the_agreement_says(noted_at: int) -> None:
+    """In process, one rank: whenever the signal is noted (before the loop: -1), the loop runs
+    on to the agreed iteration, and no further, and the agreement names the signal."""
+    signals = StopSignals()
+    stop = Stop(10_000, SelfComm(), signals)
+    if noted_at < 0:
+        signals._note(signal.SIGUSR2, None)  # what the handler does
+    stop.start()
+    ran = 0
+    for i in range(10_000):
+        stop.current = i
+        if stop.pending and not stop.may_start(i):
+            break
+        if i == noted_at:
+            signals._note(signal.SIGTERM, None)
+        time.sleep(0.001)  # a step
+        ran += 1
+    assert stop.finish() == ran
+    assert ran >= noted_at + 1, "the iteration in progress is finished"
+    assert stop.signum == (signal.SIGUSR2 if noted_at < 0 else signal.SIGTERM)
+    stop.close()
+    assert reason_for(stop.signum, {}) == f"signal {stop.signum} ({signal.Signals(stop.signum).name})"
+    assert reason_for(signal.SIGUSR2, {"HPCBENCH_TIME_LIMIT_SIGNAL": "USR2"}) == "time limit"
