@@ -90,7 +90,9 @@ def test_a_terminal_gets_a_live_bar_with_lines_above_it() -> None:
 
 
 def test_a_local_sweep_shows_its_progress_on_a_terminal_only(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(spec_text("bar", {"seed": [1, 2]}, framework="synthetic", backend="none", model="sleep", iterations=3))
+    spec = write_spec(
+        spec_text("bar", {"seed": [1, 2]}, framework="synthetic", backend="none", model="sleep", iterations=3)
+    )
     screen = on_a_terminal([sys.executable, "-m", "hpcbench", "run", str(spec), "--out", str(tmp_path / "t")])
     assert "2/2" in screen and "2 done" in screen  # the bar, at its end
     assert screen.count("  done  ") == 2  # each point's own line
