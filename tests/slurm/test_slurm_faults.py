@@ -19,7 +19,7 @@ import h5py
 import pytest
 
 from hpcbench.store.reader import read_point
-from hpcbench.sweepdir.manifest import DONE, FAILED, Manifest
+from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
 from tests.conftest import run_module
 from tests.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_flushed_rows, rank_pids
 from tests.slurm.conftest import slurm_spec, wait_for_state, wait_until_finished
@@ -27,11 +27,10 @@ from tests.slurm.conftest import slurm_spec, wait_for_state, wait_until_finished
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 # A 2-rank point of at least 20 s (2000 iterations of 10 ms), flushed every 50 iterations.
-# The tests strike once the first rows are flushed (about 0.5 s in). Slurm's SIGTERM does not
-# stop the ranks (submitit's task process ignores it): they run on until SIGKILL, KillWait
-# (5 s) later, so the fault must come well before the end. With the default flush period
-# (1000 iterations, 10 s) it came 10 s into a 15 s point, and on a loaded machine the first
-# run finished before the kill: no incomplete attempt was left to keep.
+# The tests strike once the first rows are flushed (about 0.5 s in), well before the end: on
+# a loaded machine a fault that came late found the first run finished, with no incomplete
+# attempt left to keep. (Slurm's SIGTERM now stops the ranks together, keeping every row:
+# tests/slurm/test_slurm_preempt.py.)
 LONG = {"framework": "synthetic", "backend": "none", "model": "sleep", "iterations": 2000, "warmup": 0}
 LONG_FLUSH_EVERY = 50
 
@@ -196,11 +195,10 @@ def test_time_limit_is_reported_and_resume_resubmits(write_spec: Callable[..., P
     res = wait_until_finished(out, timeout=300)
     assert res.returncode == 1
     (entry,) = Manifest.load(out).entries.values()
-    assert entry.state == FAILED
-    assert entry.reason.startswith("Slurm state TIMEOUT") and entry.log in entry.reason
+    # the time limit's warning signal stops the ranks together: stopped, every row kept, resumable
+    assert entry.state == STOPPED and entry.reason == f"time limit; see {entry.log}"
     data = read_point(out / entry.result)
-    assert not data.complete and data.iterations.shape[1] > 0, "rows flushed before the limit are kept"
-    assert data.status == "failed" and data.attrs["failure"] == entry.reason
+    assert data.stopped and data.attrs["stop_reason"] == "time limit" and data.iterations.shape[1] > 0
 
     res = run_module("hpcbench.sweep", "resume", str(out))
     assert res.returncode == 0, res.stderr
