@@ -20,13 +20,13 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-FINISHED = ("done", "failed", "stopped")  # the manifest states in which a point has ended
+from hpcbench.sweepdir.manifest import ENDED
 
 
 def plain_line(counts: dict[str, int], width: int = 30) -> str:
     """`[#####.....] 3/10 finished (2 done, 1 failed, 7 queued)`."""
     total = sum(counts.values()) or 1
-    finished = sum(counts.get(s, 0) for s in FINISHED)
+    finished = sum(counts.get(s, 0) for s in ENDED)
     filled = width * finished // total
     states = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     return f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{total} finished ({states})"
@@ -76,7 +76,7 @@ class SweepProgress:
                 print(line, file=self.out, flush=True)
             return
         states = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-        finished = sum(counts.get(s, 0) for s in FINISHED)
+        finished = sum(counts.get(s, 0) for s in ENDED)
         self._bar.update(self._task, completed=finished, states=states)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
