@@ -43,7 +43,7 @@ import numpy as np
 #   3 (hpcbench 0.3.0): eval table (test time and accuracy of each rank's held-out shard, after
 #                       every epoch or at the end of training); readers give an empty table
 #                       for older files.
-#   4 (hpcbench 0.4.0, unreleased): status `stopped` with `stop_reason`: the ranks were told to stop (SIGTERM,
+#   4 (hpcbench 0.4.0): status `stopped` with `stop_reason`: the ranks were told to stop (SIGTERM,
 #                       SIGINT, SIGUSR1/2: cancelled, requeued, preempted, time limit), agreed on
 #                       an iteration and stopped there together, every row up to it written
 #                       (iterations_written = that iteration on every rank); resumable, not failed.
