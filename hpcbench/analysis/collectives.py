@@ -131,6 +131,10 @@ DEFAULT_ALGORITHM: dict[str, Algorithm] = {
     "horovod": "ring",
     "nccl": "hierarchical",  # NCCL's rings and trees are built node by node
     "multiworker": "ring",
+    "pmean": "ring",
+    "pmean_fused": "ring",
+    "naive": "ring",
+    "pure_nccl": "hierarchical",
 }
 
 

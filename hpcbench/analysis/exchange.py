@@ -64,6 +64,10 @@ BACKEND_EXCHANGE: dict[str, Exchange] = {
     "dist_sync": PER_TENSOR,
     "dist_async": PER_TENSOR,
     "multiworker": ONE_MESSAGE,
+    "pmean": PER_TENSOR,  # jax: one pmean per weight tensor
+    "pmean_fused": ONE_MESSAGE,  # jax: one pmean of every gradient
+    "naive": PER_TENSOR,  # ChainerMN on CPU: one all-reduce per parameter
+    "pure_nccl": ONE_MESSAGE,  # ChainerMN on GPUs: the gradients packed into one buffer
 }
 
 

@@ -36,9 +36,12 @@ from hpcbench.errors import HpcbenchError, one_line
 REPORT_VERSION = 2  # 2: the build item
 MAX_REASON = 300  # characters of a reason kept (import errors can be long)
 # Distributions whose versions are reported (read from metadata: nothing is imported).
-DISTRIBUTIONS = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "mxnet", "horovod", "h5py", "mpi4py")
+DISTRIBUTIONS = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "mxnet", "horovod", "h5py", "mpi4py", "jax",
+                 "jaxlib", "chainer", "Theano", "pytensor")  # fmt: skip
 # Libraries whose import is reported, when installed (for horovod.X: horovod and X installed).
-LIBRARIES = ("numpy", "torch", "tensorflow", "mxnet", "horovod.torch", "horovod.tensorflow", "horovod.mxnet", "mpi4py")
+# (chainer and theano are left out: a plain import of either fails; their adapters set them up)
+LIBRARIES = ("numpy", "torch", "tensorflow", "mxnet", "horovod.torch", "horovod.tensorflow", "horovod.mxnet", "mpi4py",
+             "jax")  # fmt: skip
 
 
 class Item(TypedDict):

@@ -22,7 +22,6 @@ chainer is imported only inside methods (with `layers.py`, which needs it): this
 registered in interpreters without it.
 """
 
-# mypy: disable-error-code="import-not-found,import-untyped"
 from __future__ import annotations
 
 import sys

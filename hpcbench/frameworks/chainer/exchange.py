@@ -14,7 +14,6 @@
   has been synchronised (NCCL runs asynchronously on it).
 """
 
-# mypy: disable-error-code="import-not-found,import-untyped"
 from __future__ import annotations
 
 import time

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="import-not-found,import-untyped"
 """JAX on CPU: one process per rank, gradients averaged with `lax.pmean` across processes.
 
 Set-up: `JAX_PLATFORMS=cpu` (before jax is imported), then `jax.distributed.initialize`

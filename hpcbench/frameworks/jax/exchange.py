@@ -1,4 +1,3 @@
-# mypy: disable-error-code="import-not-found,import-untyped"
 """Gradient averaging across JAX processes with `lax.pmean`, every message timed.
 
 The mesh holds every process's CPU device (one per process: `jax.devices()` after

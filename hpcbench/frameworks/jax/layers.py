@@ -1,4 +1,3 @@
-# mypy: disable-error-code="import-not-found,import-untyped"
 """The zoo's plain models as pure JAX functions of their weights (NCHW, the zoo's conventions).
 
 `apply(steps, weights, x)` runs the layers of `weights.steps(model)` on a batch: convolutions

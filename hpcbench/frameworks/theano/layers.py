@@ -1,4 +1,3 @@
-# mypy: disable-error-code="import-not-found,import-untyped"
 """The zoo's plain models as Theano / PyTensor graphs, split layer by layer for timing.
 
 `forward(lib, steps, weights, x)` gives every layer's output, from the input on (the
