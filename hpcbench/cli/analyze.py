@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -25,10 +24,10 @@ from hpcbench.analysis import metrics, tables, trace_export, whatif
 from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
-from hpcbench.cli import textable
+from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import FileProgress
-from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.atomic import write_text_atomic
 
@@ -142,10 +141,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
             return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
         return cmd_summary(Path(args.dir), out)
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ import re
 import sys
 import tempfile
 import time
-import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -35,8 +34,8 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 
 import hpcbench
-from hpcbench.cli import textable
-from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.cli import failure, textable
+from hpcbench.errors import HpcbenchError
 from hpcbench.launchers import detect
 from hpcbench.rank import env as rankenv
 from hpcbench.rank.net import free_port
@@ -354,10 +353,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
         coll.close()
         return 0
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -20,16 +20,15 @@ import io
 import json
 import math
 import sys
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from hpcbench.analysis import compare as cmp
-from hpcbench.cli import textable
+from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.errors import HpcbenchError, SpecError, one_line
+from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import FIELD_NAMES, Point
 from hpcbench.sweepdir.atomic import write_text_atomic
 
@@ -272,10 +271,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     try:
         return run(args, out)
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
 from hpcbench.analysis.export import FORMATS, export_sweep
+from hpcbench.cli import failure
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.errors import HpcbenchError
 
 PROG = "hpcbench export"
 HELP = "Parquet tables, MLPerf-style logs and a JSON summary of a sweep"
@@ -62,10 +62,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     try:
         return run(Path(args.dir), args.format, args.output, out)
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

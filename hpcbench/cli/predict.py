@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
@@ -21,9 +20,9 @@ from typing import TextIO
 import pandas as pd
 
 from hpcbench.analysis import forecast, forecast_spec
-from hpcbench.cli import textable
+from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.errors import HpcbenchError, SpecError, one_line
+from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.sweepdir.atomic import write_text_atomic
 
 PROG = "hpcbench predict"
@@ -88,7 +87,4 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     try:
         return run(Path(args.target), args.nodes, args.csv, out)
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        print(f"{prog or PROG}: error: {one_line(str(exc))}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, prog or PROG, args.verbose)

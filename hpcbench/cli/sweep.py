@@ -20,15 +20,14 @@ import shutil
 import signal
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from hpcbench.cli import textable
+from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import Poller, SweepProgress, plain_line
-from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.errors import HpcbenchError
 from hpcbench.executors import EXECUTORS, Executor, catalog
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS
@@ -272,11 +271,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     try:
         return COMMANDS[args.command](args, out)
     except HpcbenchError as exc:
-        if args.verbose:
-            traceback.print_exc()
-        message = one_line(str(exc))  # one line, whatever the value held
-        print(f"{name}: error: {message}", file=sys.stderr)
-        return exc.exit_code
+        return failure.report(exc, name, args.verbose)
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
