@@ -33,7 +33,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -41,8 +40,10 @@ import pytest
 
 from hpcbench.plan import envs
 from hpcbench.rank import linkage
+from tests.installed import Installed, copy_tree, installed
 
 pytestmark = pytest.mark.slow
+__all__ = ["installed"]  # the fixture, shared with the Slurm test of an installed package
 
 ROOT = envs.ROOT
 USER = "hbsite"
@@ -74,21 +75,6 @@ def system_hdf5() -> tuple[Path, Path] | None:
 def chown(path: Path, user: pwd.struct_passwd) -> None:
     for p in [path, *path.rglob("*")]:
         os.lchown(p, user.pw_uid, user.pw_gid)
-
-
-def copy_tree(dest: Path) -> None:
-    """This working tree's files (tracked and not ignored), as a user's clone would hold."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        src = ROOT / name
-        if src.is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
 
 
 class Site:
@@ -324,57 +310,6 @@ def test_bad_settings_are_refused_in_one_line(site: Site, variables: dict[str, s
     assert proc.returncode == 1
     assert last_line(proc).startswith("[setup] error: " + message.format(home=site.home)), proc.stderr
     assert not venv.exists()
-
-
-class Installed:
-    """hpcbench installed (`pip install`, not editable) from a copy of the source into a
-    fresh environment, run from a folder outside any checkout."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.venv = tmp / "installed"
-        self.python = self.venv / "bin" / "python"
-        self.elsewhere = tmp / "elsewhere"
-        self.env = {k: v for k, v in os.environ.items() if k not in ("HPCBENCH_ENVS_DIR", "PYTHONPATH")}
-        self.env.pop("HPCBENCH_PROFILES", None)
-        self.env["XDG_DATA_HOME"] = str(tmp / "data")
-
-    def purelib(self) -> Path:
-        found = subprocess.run(
-            [self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return Path(found.stdout.strip())
-
-    def run(self, *argv: str | Path, timeout: float = 600, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(a) for a in argv],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            cwd=self.elsewhere,
-            env={**self.env, **extra},
-        )
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    this = Installed(tmp_path_factory.mktemp("install"))
-    source = this.tmp / "source"
-    copy_tree(source)
-    base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([base, "-m", "venv", "--without-pip", str(this.venv)], check=True, timeout=120)
-    # the project's .venv below it (torch, numpy, pip, setuptools), as --system-site-packages would
-    (this.purelib() / "project-venv.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    start = time.monotonic()
-    pip = [str(this.python), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", str(source)]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=600, cwd=this.tmp)
-    print(f"pip install (not editable) from a copy: {time.monotonic() - start:.0f} s")
-    assert done.returncode == 0, done.stderr
-    this.elsewhere.mkdir()
-    return this
 
 
 def test_the_installed_package_works_from_any_folder(installed: Installed) -> None:
