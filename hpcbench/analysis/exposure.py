@@ -219,7 +219,7 @@ def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
     wanted[columns + 1] = True
     it = comm["iteration"].astype(np.int64)  # contiguous: the passes below stay in the cache
     it += 1
-    return np.asarray(comm[np.take(wanted, it, mode="clip")])
+    return np.take(comm, np.flatnonzero(np.take(wanted, it, mode="clip")))  # half a boolean index's time
 
 
 def _chunk_unions(

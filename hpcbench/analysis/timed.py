@@ -34,7 +34,7 @@ def columns_of(iterations: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """The iteration rows of `columns`: a view when they are one block, else a copy."""
     if columns.size and columns[-1] - columns[0] + 1 == columns.size:
         return iterations[:, columns[0] : columns[-1] + 1]
-    return iterations[:, columns]
+    return np.take(iterations, columns, axis=1)  # a third of fancy indexing's time on records
 
 
 @dataclass
