@@ -33,8 +33,10 @@ hb_cache=${HPCBENCH_CACHE:-$HOME/.cache/hpcbench}
 name=${1:-}
 case $name in
 modern | legacy) ;;
+# Environments that are not a pinned virtualenv with Horovod have a build script of their own.
+caffe | cntk) exec bash "$here/build-$name.sh" ;;
 *)
-    echo "usage: envs/build.sh modern|legacy" >&2
+    echo "usage: envs/build.sh modern|legacy|caffe|cntk" >&2
     exit 2
     ;;
 esac
