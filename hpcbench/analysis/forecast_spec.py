@@ -15,6 +15,8 @@
       inter: {bandwidth_gbps: 10, latency_us: 50}    # or per-P all-reduce fits as papers publish them:
       #      {fits: {8: [alpha_s, beta_s_per_byte], 16: [...]}}
       nics_per_node: 1
+      # from_commbench: [intra.h5, inter.h5]   # or levels fitted on commbench files (paths relative to this
+      #                                         # file): all ranks on one node -> intra, one rank per node -> inter
     exchange: {overlap: true, fusion_bytes: 0, algorithm: ring}
     #   fusion_bytes: 0 one message per tensor, "all" one message, N bytes: buckets / fused messages
     #   first_bucket_bytes: DDP's smaller first bucket; cycle_ms: Horovod's cycle (fusion per cycle)
@@ -28,8 +30,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from hpcbench.analysis import calibration
 from hpcbench.analysis.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
 from hpcbench.analysis.exchange import Exchange
 from hpcbench.analysis.model import Layer, PhaseTimes
@@ -175,7 +179,25 @@ def _exchange(raw: Any) -> tuple[Exchange, str]:
     return Exchange(fusion_bytes, first, cycle, overlap), str(algorithm)
 
 
-def parse(text: str) -> ForecastSpec:
+def _from_commbench(raw: Any, base: Path | None) -> dict[str, Level]:
+    """Levels fitted on commbench files (calibration.levels_from_commbench); a level stated
+    beside them wins."""
+    allowed = "a non-empty list of commbench files (paths relative to the prediction file)"
+    if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
+        raise SpecError("links.from_commbench", f"{raw!r} is not {allowed}", allowed)
+    paths = [Path(p) if Path(p).is_absolute() or base is None else base / p for p in raw]
+    for i, path in enumerate(paths):
+        if not path.is_file():
+            raise SpecError(f"links.from_commbench[{i}]", f"{str(path)!r} is not a file", allowed)
+    try:
+        fits = calibration.levels_from_commbench(paths)
+    except HpcbenchError as exc:
+        raise SpecError("links.from_commbench", str(exc), "files of `hpcbench commbench -o FILE`") from None
+    return {level: Level(fit.link) for level, fit in fits.items()}
+
+
+def parse(text: str, base: Path | None = None) -> ForecastSpec:
+    """The spec in `text`; relative paths in it (links.from_commbench) are taken from `base`."""
     raw = parse_yaml(text)
     raw = _mapping("spec", raw, KEYS)
     batch = _count("batch_size", raw.get("batch_size"))
@@ -186,10 +208,11 @@ def parse(text: str) -> ForecastSpec:
     if not isinstance(nodes, list) or not nodes:
         raise SpecError("nodes", f"{nodes!r} is not a non-empty list", "a list of node counts, e.g. [1, 2, 4, 8]")
     counts = tuple(_count(f"nodes[{i}]", n) for i, n in enumerate(nodes))
-    links = _mapping("links", raw.get("links", {}), ("intra", "inter", "nics_per_node"))
-    if "intra" not in links and "inter" not in links:
-        raise SpecError("links", "gives no link", "intra and/or inter")
-    given = {name: _level(f"links.{name}", links[name]) for name in ("intra", "inter") if name in links}
+    links = _mapping("links", raw.get("links", {}), ("intra", "inter", "nics_per_node", "from_commbench"))
+    if "intra" not in links and "inter" not in links and "from_commbench" not in links:
+        raise SpecError("links", "gives no link", "intra and/or inter, or from_commbench: [FILES]")
+    given = _from_commbench(links["from_commbench"], base) if "from_commbench" in links else {}
+    given |= {name: _level(f"links.{name}", links[name]) for name in ("intra", "inter") if name in links}
     intra = given.get("intra", given.get("inter"))  # one level given: the same cost on both
     inter = given.get("inter", given.get("intra"))
     assert intra is not None
@@ -209,4 +232,4 @@ def load(path: str) -> ForecastSpec:
             text = f.read()
     except OSError as exc:
         raise HpcbenchError(f"{path}: cannot be read ({exc.strerror})") from None
-    return parse(text)
+    return parse(text, Path(path).parent)

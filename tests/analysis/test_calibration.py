@@ -1,0 +1,127 @@
+"""α–β per network level from commbench files written by the real commbench writer with known
+α, β and noise: intra from all ranks on one node, inter from one rank per node; the fit refuses
+a β it cannot tell from noise; `hpcbench predict` takes the files as its links."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+
+from hpcbench.analysis import calibration, forecast, forecast_spec
+from hpcbench.analysis.collectives import LinkCost, ring_allreduce
+from hpcbench.cli.commbench import write_results
+from hpcbench.errors import SpecError
+from hpcbench.store.commfile import KIND, RESULT_DTYPE, VERSION, bus_bandwidth
+
+SIZES = [4096, 65536, 1 << 20, 4 << 20, 16 << 20]
+INTRA = LinkCost(alpha=2e-6, beta=1 / 20e9)  # 20 GB/s, 2 µs
+INTER = LinkCost(alpha=50e-6, beta=8 / 10e9)  # 10 Gbit/s, 50 µs
+
+
+def fabricate(path: Path, hosts: list[str], link: LinkCost | None, noise: float, seed: int, flat: float = 0.0) -> Path:
+    """A commbench file of len(hosts) ranks: ring all-reduce times of `link` times (1 + noise·N(0,1)),
+    or, with `flat`, every size costing `flat` seconds give or take the noise."""
+    rng = np.random.default_rng(seed)
+    p = len(hosts)
+    rows = np.zeros(len(SIZES), dtype=RESULT_DTYPE)
+    for i, n in enumerate(SIZES):
+        truth = ring_allreduce(n, p, link) if link is not None else flat
+        t = truth * (1 + noise * rng.standard_normal())
+        algbw, busbw = bus_bandwidth("allreduce", n, t, p)
+        rows[i] = ("allreduce", p, n, n // 4, t, t * 0.95, t * 1.05, algbw, busbw)
+    attrs = {"kind": KIND, "version": VERSION, "ranks": p, "hostnames": hosts, "backend": "mpi", "device": "cpu",
+             "average": "avg", "iterations": 20, "warmup": 5, "launcher": "mpirun"}  # fmt: skip
+    write_results(path, rows, attrs)
+    return path
+
+
+@pytest.fixture
+def machine(tmp_path: Path) -> dict[str, list[Path]]:
+    """Intra files (2 and 4 ranks on one node) and inter files (2, 4, 8 nodes, one rank each), 3 % noise."""
+    intra = [fabricate(tmp_path / f"intra{p}.h5", ["n0"] * p, INTRA, 0.03, seed=p) for p in (2, 4)]
+    inter = [fabricate(tmp_path / f"inter{p}.h5", [f"n{i}" for i in range(p)], INTER, 0.03, seed=10 + p)
+             for p in (2, 4, 8)]  # fmt: skip
+    return {"intra": intra, "inter": inter}
+
+
+def test_placement_from_the_hostnames(tmp_path: Path) -> None:
+    cases = {("a", "a"): (1, 2, "intra"), ("a", "b", "c"): (3, 1, "inter"), ("a", "a", "b", "b"): (2, 2, None)}
+    for i, (hosts, (nodes, per_node, level)) in enumerate(cases.items()):
+        where = calibration.placement(fabricate(tmp_path / f"{i}.h5", list(hosts), INTER, 0.0, seed=i))
+        assert (where.ranks, where.nodes, where.ranks_per_node, where.level) == (len(hosts), nodes, per_node, level)
+
+
+def test_each_level_recovers_its_known_link(machine: dict[str, list[Path]]) -> None:
+    fits = calibration.levels_from_commbench(machine["intra"] + machine["inter"])
+    assert set(fits) == {"intra", "inter"}
+    truths: tuple[tuple[calibration.Level, LinkCost], ...] = (("intra", INTRA), ("inter", INTER))
+    for level, truth in truths:
+        fit = fits[level]
+        assert set(fit.files) == set(machine[level])
+        # 3 % noise on each time: β (set by the large sizes) within 5 %, α within a few µs
+        assert fit.link.beta == pytest.approx(truth.beta, rel=0.05)
+        assert fit.link.alpha == pytest.approx(truth.alpha, abs=max(0.5 * truth.alpha, 3e-6))
+        assert fit.beta_t >= calibration.MIN_T
+
+
+def test_a_flat_time_is_refused_not_fitted_as_infinite_bandwidth(tmp_path: Path) -> None:
+    # what a loaded host gave: every size about 0.5 ms, the largest not slower than the smallest
+    flat = [fabricate(tmp_path / f"flat{p}.h5", ["n0"] * p, None, 0.2, seed=p, flat=5e-4) for p in (2, 3)]
+    with pytest.raises(calibration.CalibrationError) as info:
+        calibration.link_from_commbench(flat)
+    message = str(info.value)
+    assert "cannot be told from noise" in message and "4 KiB" in message and "16 MiB" in message
+    assert "standard errors" in message
+    with pytest.raises(calibration.CalibrationError, match="cannot be told from noise"):
+        calibration.levels_from_commbench(flat)
+
+
+def test_mixed_placements_are_named_and_left_out(tmp_path: Path, machine: dict[str, list[Path]]) -> None:
+    mixed = fabricate(tmp_path / "mixed.h5", ["a", "a", "b", "b"], INTER, 0.0, seed=1)
+    fits = calibration.levels_from_commbench([*machine["inter"], mixed])
+    assert set(fits) == {"inter"}
+    assert any("mixed.h5" in note and "mixes both levels" in note for note in fits["inter"].notes)
+    with pytest.raises(calibration.CalibrationError, match="neither all ranks on one node"):
+        calibration.levels_from_commbench([mixed])
+
+
+def test_predict_takes_the_commbench_files_as_its_links(tmp_path: Path, machine: dict[str, list[Path]]) -> None:
+    files = [str(p.relative_to(tmp_path)) for p in machine["intra"] + machine["inter"]]
+    raw: dict[str, Any] = {"layers": [[8e6, 0.01]], "batch_size": 8,
+           "single_rank": {"phases": {"forward": 0.005, "backward": 0.01}}, "ranks_per_node": 4, "nodes": [1, 4],
+           "links": {"from_commbench": files},
+           "exchange": {"overlap": False, "algorithm": "hierarchical"}}  # fmt: skip
+    spec_file = tmp_path / "predict.yaml"
+    spec_file.write_text(yaml.safe_dump(raw))
+    spec = forecast_spec.load(str(spec_file))  # paths relative to the prediction file
+    fits = calibration.levels_from_commbench(machine["intra"] + machine["inter"])
+    assert spec.intra.link == fits["intra"].link and spec.inter.link == fits["inter"].link
+    table = forecast.forecast(spec)
+    one, four = table["comm_total_s"].tolist()
+    assert one == pytest.approx(ring_allreduce(8e6, 4, INTRA), rel=0.08)  # the known link, through the fit
+    assert four > one
+    # a level stated beside the files wins over the fitted one
+    raw["links"]["inter"] = {"bandwidth_gbps": 100, "latency_us": 1}
+    spec_file.write_text(yaml.safe_dump(raw))
+    stated = forecast_spec.load(str(spec_file)).inter.link
+    assert stated is not None and stated.beta == pytest.approx(8e-11)
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "words"),
+    [
+        ([], "links.from_commbench", ["non-empty list"]),
+        (["missing.h5"], "links.from_commbench[0]", ["is not a file"]),
+    ],
+)
+def test_bad_commbench_links_name_the_key(tmp_path: Path, value: object, path: str, words: list[str]) -> None:
+    raw = {"layers": [[1e6, 0.01]], "batch_size": 8, "single_rank": {"throughput": 100.0}, "nodes": [1],
+           "links": {"from_commbench": value}}  # fmt: skip
+    with pytest.raises(SpecError) as info:
+        forecast_spec.parse(yaml.safe_dump(raw), tmp_path)
+    assert info.value.path == path
+    assert all(word in str(info.value) for word in words)
