@@ -2,6 +2,8 @@
 
     hpcbench predict FILE.yaml [--csv OUT.csv]           from your own numbers (no trace needed)
     hpcbench predict SWEEP_DIR --nodes 8,16,32 [--csv]   a measured sweep at other node counts
+    hpcbench predict TABLE.yaml [--csv OUT.csv]          a published table (hpcbench/analysis/published/):
+                                                         every cell predicted beside its published value
 
 The file's format is hpcbench.analysis.forecast_spec's (docs/metrics-and-model.md has a
 worked example). The table gives, per node count, ranks, predicted t_iter, throughput,
@@ -19,10 +21,11 @@ from typing import TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import forecast, forecast_spec
+from hpcbench.analysis import forecast, forecast_spec, published
 from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, SpecError
+from hpcbench.spec import parse_yaml
 from hpcbench.sweepdir.atomic import write_text_atomic
 
 PROG = "hpcbench predict"
@@ -53,6 +56,28 @@ def _render(table: pd.DataFrame, overlap_too: bool) -> str:
     return textable.render(rows, right=True)
 
 
+def _is_published(target: Path) -> bool:
+    try:
+        return published.is_table(parse_yaml(target.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, HpcbenchError):
+        return False  # the prediction file's own reading reports it
+
+
+def _published(table: published.Table, out: TextIO) -> pd.DataFrame:
+    print(f"{table.name}: {table.metric}; {table.source}", file=out)
+    rows = [["column", "GPUs", "nodes x GPUs", "published", "predicted", "error"]]
+    for c in table.cells:
+        rows.append([c.column, str(c.gpus), f"{c.nodes} x {c.ranks_per_node}", f"{c.published:,.1f}",
+                     f"{c.predicted:,.1f}", f"{c.error:+.1%}"])  # fmt: skip
+    print(textable.render(rows, right=True), file=out)
+    print(f"mean |error| {table.mean_abs_error:.1%}, max |error| {table.max_abs_error:.1%} "
+          f"over {len(table.cells)} cells (each column's first cell is its input)", file=out)  # fmt: skip
+    return pd.DataFrame(
+        [{"column": c.column, "gpus": c.gpus, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
+          "published": c.published, "predicted": c.predicted, "error": c.error} for c in table.cells]
+    )  # fmt: skip
+
+
 def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO) -> int:
     if target.is_dir():
         if nodes is None:
@@ -62,6 +87,10 @@ def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO) ->
             framework, backend, model, batch = config
             print(f"{framework}/{backend} {model} b={batch}: link from {group['comm_source'].iloc[0]}", file=out)
             print(_render(group, overlap_too=False), file=out)
+    elif _is_published(target):
+        if nodes is not None:
+            raise SpecError("--nodes", "goes with a sweep directory; a published table lists its own cells")
+        table = _published(published.load(target), out)
     else:
         if nodes is not None:
             raise SpecError("--nodes", "goes with a sweep directory; a prediction file lists its own nodes")
