@@ -26,7 +26,7 @@ from pathlib import Path
 from hpcbench.errors import HpcbenchError
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the hpcbench package (a checkout: its root)
-NAMES = ("modern", "legacy")
+NAMES = ("modern", "legacy", "cntk")
 
 
 def envs_dir() -> Path:
