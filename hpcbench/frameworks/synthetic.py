@@ -57,7 +57,7 @@ def _problem(key: str, value: Any) -> Problem | None:
     """What is wrong with one `extra` setting, or None."""
     if key not in (*SECONDS, *FACTORS, *COUNTS):
         return "extra", f"{key!r} is not a synthetic workload setting", ", ".join((*SECONDS, *FACTORS, *COUNTS))
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         return "extra", f"{key}: {value!r} is not a non-negative number", "numbers >= 0"
     if key in COUNTS and not isinstance(value, int):
         return "extra", f"{key}: {value!r} is not a whole number", "integers >= 0"

@@ -77,7 +77,7 @@ def environ_items(path: str, value: Any) -> tuple[tuple[str, str], ...]:
     for name, v in value.items():
         if not isinstance(name, str) or not _ENV_NAME.match(name):
             raise SpecError(f"{path}.{name}", "is not a valid environment variable name", "[A-Za-z_][A-Za-z0-9_]*")
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise SpecError(f"{path}.{name}", f"{v!r} is not a string or number", "a string or a number")
         text = str(v)
         if "\0" in text:
@@ -92,7 +92,7 @@ def _extra(path: str, value: Any) -> tuple[tuple[str, Scalar], ...]:
     for key, v in value.items():
         if not isinstance(key, str) or not key:
             raise SpecError(f"{path}.{key}", "key is not a non-empty string", "string keys")
-        if not isinstance(v, str | int | float | bool):
+        if not isinstance(v, (str, int, float, bool)):
             raise SpecError(f"{path}.{key}", f"{v!r} is not a scalar", "strings, numbers, booleans")
         if isinstance(v, float) and not math.isfinite(v):
             raise SpecError(f"{path}.{key}", f"{v!r} is not finite", "finite numbers")

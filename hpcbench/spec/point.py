@@ -10,11 +10,15 @@ import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcbench.errors import SpecError
 
-Scalar = str | int | float | bool
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+# A string: `X | Y` of classes is evaluated here, which Python 3.9 (the Caffe environment's ranks) cannot do.
+Scalar: TypeAlias = "str | int | float | bool"
 # Synonyms accepted in specs, mapped to the canonical field name.
 SYNONYMS = {"gpus_per_node": "ranks_per_node"}
 
@@ -125,7 +129,7 @@ def freeze(path: str, value: Any) -> tuple[tuple[str, Any], ...]:
 def _freeze_value(value: Any) -> Any:
     if isinstance(value, Mapping):
         return tuple(sorted((str(k), _freeze_value(v)) for k, v in value.items()))
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return tuple(_freeze_value(v) for v in value)
     return value
 

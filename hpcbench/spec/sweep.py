@@ -96,7 +96,7 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     mapping: dict[Any, Any] = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if not isinstance(key, str | int | float | bool | None):
+        if not isinstance(key, (str, int, float, bool, type(None))):
             raise SpecError(f"line {key_node.start_mark.line + 1}", f"key {key!r} is not a scalar", "scalar keys")
         if key in mapping:
             raise SpecError(
@@ -202,7 +202,8 @@ def _expand(
     used = [False] * len(excludes)
     for combo in itertools.product(*(axes[n] for n in names)):
         fields = dict(values)
-        for axis, value in zip(names, combo, strict=True):
+        for i, axis in enumerate(names):  # not zip(strict=): the Caffe environment's ranks run Python 3.9
+            value = combo[i]
             if axis in groups:
                 fields.update(value)
             else:

@@ -59,7 +59,7 @@ def attr_value(value: Any) -> Any:
         return json.dumps(value, sort_keys=True)
     if isinstance(value, str):
         return value.replace("\0", "\\0")  # HDF5 strings end at NUL
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         if all(isinstance(v, str) for v in value):
             return np.array([v.replace("\0", "\\0") for v in value], dtype=h5py.string_dtype())
         return json.dumps(list(value))

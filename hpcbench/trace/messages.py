@@ -39,8 +39,8 @@ class CommRecorder:
         old: tuple[np.ndarray, ...] = (self._iteration, self._bytes, self._t0, self._t1, self._codes)
         self._alloc(self._cap * 2)
         new: tuple[np.ndarray, ...] = (self._iteration, self._bytes, self._t0, self._t1, self._codes)
-        for grown, prev in zip(new, old, strict=True):
-            grown[: len(prev)] = prev
+        for i, prev in enumerate(old):  # not zip(strict=): the Caffe environment's ranks run Python 3.9
+            new[i][: len(prev)] = prev
 
     def _intern(self, text: str) -> int:
         code = self._strings.get(text)

@@ -10,6 +10,10 @@ own layers, `shapes.py` walks the same records for shapes and parameter counts, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
 
 Shape = tuple[int, ...]  # (C, H, W) for images, (F,) after Flatten
 
@@ -78,7 +82,10 @@ class Residual:
     shortcut: tuple[Layer, ...] = ()
 
 
-Layer = Conv | BatchNorm | Pool | GlobalAvgPool | Flatten | Dense | Activation | Dropout | Concat | Residual
+# A string: `X | Y` of classes is evaluated here, which Python 3.9 (the Caffe environment's ranks) cannot do.
+Layer: TypeAlias = (
+    "Conv | BatchNorm | Pool | GlobalAvgPool | Flatten | Dense | Activation | Dropout | Concat | Residual"
+)
 
 
 @dataclass(frozen=True)

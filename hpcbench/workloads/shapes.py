@@ -74,7 +74,7 @@ def _combined_output(layer: Concat | Residual, shape: Shape, where: str) -> Shap
 def output_shape(layer: Layer, shape: Shape, where: str = "") -> Shape:
     """Shape after `layer`; raises HpcbenchError when the input does not fit the layer."""
     out_shape: Shape
-    if isinstance(layer, Conv | Pool | GlobalAvgPool):
+    if isinstance(layer, (Conv, Pool, GlobalAvgPool)):
         out_shape = _image_output(layer, shape, where)
     elif isinstance(layer, Flatten):
         out_shape = (size(shape),)
@@ -82,7 +82,7 @@ def output_shape(layer: Layer, shape: Shape, where: str = "") -> Shape:
         if len(shape) != 1:
             raise HpcbenchError(f"{where}Dense needs a flat input, got shape {shape}")
         out_shape = (layer.out,)
-    elif isinstance(layer, Concat | Residual):
+    elif isinstance(layer, (Concat, Residual)):
         out_shape = _combined_output(layer, shape, where)
     else:  # BatchNorm, Activation, Dropout keep the shape
         out_shape = shape

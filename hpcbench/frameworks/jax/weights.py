@@ -52,7 +52,7 @@ def steps(model: zoo.Model) -> list[Step]:
                 f"model {model.name}: layer {type(layer).__name__} is not supported here "
                 f"(models of plain layers: {', '.join(SUPPORTED)})"
             )
-        if isinstance(layer, zoo.Conv | zoo.Dense):
+        if isinstance(layer, (zoo.Conv, zoo.Dense)):
             out.append(Step(layer, shape, index, layer.bias))
             index += 2 if layer.bias else 1
         else:
