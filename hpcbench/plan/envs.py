@@ -2,7 +2,8 @@
 
 Each framework stack has its own environment, built by `envs/build.sh NAME` from the
 pinned `envs/NAME.txt` into `ENVS_DIR/NAME`: `modern` (PyTorch + TensorFlow + Horovod) and
-`legacy` (MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter. ENVS_DIR
+`legacy` (MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter, and `cntk`
+(the rank's interpreter with CNTK 2.7's Python 3.6 beside it: envs/build-cntk.sh). ENVS_DIR
 is `$HPCBENCH_ENVS_DIR`; else `.envs/` of the source checkout hpcbench runs from (where
 envs/build.sh puts them); else, for an installed package, the user's data directory
 (`$XDG_DATA_HOME/hpcbench/envs`, default `~/.local/share/hpcbench/envs`). A point without
