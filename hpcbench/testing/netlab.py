@@ -306,8 +306,9 @@ class Lab:
         namespace (the host names mpirun is given are the namespace names)."""
         agent = directory / f"{self.prefix}-rsh.sh"
         agent.write_text(
-            "#!/bin/sh\n# mpirun's remote shell for the network lab: host = namespace.\n"
-            'ns=$1; shift\nexec nsenter --net=/run/netns/"$ns" -- /bin/sh -c "$*"\n'
+            "#!/bin/sh\n# mpirun's remote shell for the network lab: host = namespace, and the\n"
+            "# namespace's name is the host name there (else every daemon says it runs on this host).\n"
+            'ns=$1; shift\nexec nsenter --net=/run/netns/"$ns" -- unshare --uts -- /bin/sh -c "hostname $ns; $*"\n'
         )
         agent.chmod(agent.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
         return agent
