@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ RING = {
 
 
 @pytest.fixture(scope="module")
-def shaped(lab_cluster: NetCluster) -> Shaping:
+def shaped(lab_cluster: NetCluster) -> Iterator[Shaping]:
     lab = lab_cluster.lab
     shaping = {i: lab.shape(i, RATE_MBIT) for i in range(1, NODES + 1)}
     yield shaping[1]
@@ -45,7 +46,7 @@ def test_commbench_between_two_nodes_fits_the_shaped_rate(
 ) -> None:
     out = tmp_path / "inter.h5"
     exports = [arg for name in RING for arg in ("-x", name)]
-    commbench = ["-m", "hpcbench.commbench", "--sizes", "1M,2M,4M,8M", "--iters", "4", "--warmup", "1", "-o", out]
+    commbench = ["-m", "hpcbench.commbench", "--sizes", "1M,2M,4M,8M", "--iters", "4", "--warmup", "1", "-o", str(out)]
     argv = lab_cluster.lab.mpirun_argv([1, 2], 1, [*exports, sys.executable, *commbench], agent_dir=tmp_path)
     proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **MPI_ENV, **RING}, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
