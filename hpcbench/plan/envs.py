@@ -3,7 +3,8 @@
 Each framework stack has its own environment, built by `envs/build.sh NAME` from the
 pinned `envs/NAME.txt` into `ENVS_DIR/NAME`: `modern` (PyTorch + TensorFlow + Horovod) and
 `legacy` (MXNet 1.9 + numpy 1.23 + Horovod), which cannot share one interpreter, and `cntk`
-(the rank's interpreter with CNTK 2.7's Python 3.6 beside it: envs/build-cntk.sh). ENVS_DIR
+(the rank's interpreter with CNTK 2.7's Python 3.6 beside it: envs/build-cntk.sh), and `caffe`
+(a Debian 11 root filesystem with pycaffe, entered by its `bin/python`: envs/build-caffe.sh). ENVS_DIR
 is `$HPCBENCH_ENVS_DIR`; else `.envs/` of the source checkout hpcbench runs from (where
 envs/build.sh puts them); else, for an installed package, the user's data directory
 (`$XDG_DATA_HOME/hpcbench/envs`, default `~/.local/share/hpcbench/envs`). A point without
@@ -27,7 +28,7 @@ from pathlib import Path
 from hpcbench.errors import HpcbenchError
 
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the hpcbench package (a checkout: its root)
-NAMES = ("modern", "legacy", "cntk")
+NAMES = ("modern", "legacy", "cntk", "caffe")
 
 
 def envs_dir() -> Path:

@@ -24,7 +24,7 @@ HINT_CHARS = 300  # a reason stays one readable line; the log has the rest
 
 def describe(exc: BaseException) -> str:
     """The last line of the exception's traceback (`module.Type: message`), on one line."""
-    return " ".join("".join(traceback.format_exception_only(exc)).split())
+    return " ".join("".join(traceback.format_exception_only(type(exc), exc)).split())
 
 
 def write_account(rank: int, point_id: str, what: str) -> None:

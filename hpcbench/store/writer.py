@@ -82,8 +82,11 @@ def _create_layout(f: h5py.File, meta: FileMeta, n_ranks: int, n_iterations: int
     _write_attrs(f.create_group(schema.PROVENANCE), meta.provenance)
     f.create_dataset(schema.RANKS, shape=(n_ranks,), dtype=schema.RANK_DTYPE)
     # No fill values: rows are read only up to `iterations_written`, and filling the whole
-    # dataset at allocation would write every byte twice.
-    f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE, fill_time="never")
+    # dataset at allocation would write every byte twice. (A property list rather than
+    # `fill_time="never"`, which h5py < 3 - Debian 11's, in the caffe environment - lacks.)
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_fill_time(h5py.h5d.FILL_TIME_NEVER)
+    f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE, dcpl=dcpl)
     for name, dtype in schema.TABLES.items():
         f.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(TABLE_CHUNK_ROWS,), dtype=dtype)
 

@@ -6,7 +6,8 @@ the same modules there for real): every hpcbench module reachable by imports fro
 in a rank (the worker, the Caffe adapter, the capability probe of `hpcbench check`, the MPI
 launchers) parses as Python 3.9 and evaluates none of the 3.10 forms at run time:
 `zip(strict=)`, `X | Y` of classes (in `isinstance` / `issubclass`, or a module-level alias),
-`dataclass(slots=, kw_only=)`, `match`.
+`dataclass(slots=, kw_only=)`, `match`, `traceback.format_exception_only(exc)` with the
+exception alone.
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ def problems(tree: ast.Module) -> list[str]:
                     found.append(f"{line}: {node.func.id} with X | Y")
             if node.func.id == "dataclass" and keywords & {"slots", "kw_only"}:
                 found.append(f"{line}: dataclass(slots=, kw_only=)")
+        call = node.func if isinstance(node, ast.Call) and len(node.args) == 1 else None
+        if isinstance(call, ast.Attribute) and call.attr in (
+            "format_exception_only",
+            "format_exception",
+            "print_exception",
+        ):
+            found.append(f"{line}: traceback.{call.attr}(exc) (3.9 takes the type, then the value)")
         if isinstance(node, ast.Match):
             found.append(f"{line}: match")
     for node in tree.body:  # module-level aliases are evaluated when the module loads
@@ -104,6 +112,7 @@ def test_the_check_finds_each_form() -> None:
     code = """
 A = int | None
 def f(x, a, b):
+    traceback.format_exception_only(x)
     isinstance(x, int | str)
     zip(a, b, strict=True)
     match x:
@@ -115,6 +124,10 @@ def f(x, a, b):
         "alias with X | Y",
         "isinstance with X | Y",
         "match",
+        "traceback.format_exception_only(exc)",
         "zip(strict=)",
     ]
-    assert problems(ast.parse("A = 1 | 2\nisinstance(x, (int, str))\nzip(a, b)\n")) == []
+    assert (
+        problems(ast.parse("A = 1 | 2\nisinstance(x, (int, str))\nzip(a, b)\nformat_exception_only(type(x), x)\n"))
+        == []
+    )
