@@ -21,6 +21,7 @@ the buckets (sorting ten million names would take seconds).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -40,45 +41,80 @@ _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x
 class Exposure:
     union_s: float  # mean over ranks and timed iterations of the time any message was in flight
     exposed_s: float  # likewise, in flight after backward ended
-    buckets: pd.DataFrame  # BUCKET_COLUMNS without `point`
+    bucket_columns: dict[str, np.ndarray]  # BUCKET_COLUMNS without `point`, as columns (empty: no messages)
     sample: Sample | None = None  # the iterations measured (timed.py), for the attribution to reuse
+
+    @cached_property
+    def buckets(self) -> pd.DataFrame:
+        """The per-bucket table (BUCKET_COLUMNS without `point`), made on demand: a sweep joins
+        its points' columns into one table instead."""
+        if not self.bucket_columns:
+            return pd.DataFrame(columns=BUCKET_COLUMNS[1:])
+        return pd.DataFrame(self.bucket_columns)
 
 
 def _empty() -> Exposure:
-    return Exposure(float("nan"), float("nan"), pd.DataFrame(columns=BUCKET_COLUMNS[1:]))
+    return Exposure(float("nan"), float("nan"), {})
 
 
-def _union(group: np.ndarray, start: np.ndarray, end: np.ndarray) -> float:
-    """The summed length, over groups, of the union of each group's [start, end) (rows sorted
-    by group, then start)."""
-    first = np.empty(group.size, dtype=bool)
+def _unions(g: np.ndarray, start: np.ndarray, end: np.ndarray, bwd: np.ndarray) -> np.ndarray:
+    """(union of the messages' intervals [start, end), union of their parts after `bwd`), each
+    summed over groups; rows sorted by group `g`, then start."""
+    first = np.empty(g.size, dtype=bool)
     first[0] = True
-    np.not_equal(group[1:], group[:-1], out=first[1:])
-    head = np.maximum.accumulate(np.where(first, np.arange(group.size), 0))  # each row's group's first row
+    np.not_equal(g[1:], g[:-1], out=first[1:])
+    late_s, late_e = np.maximum(start, bwd), np.maximum(end, bwd)
+    if first.all():  # one message per group: each union is the message itself
+        return np.array([np.clip(end - start, 0.0, None).sum(), np.clip(late_e - late_s, 0.0, None).sum()])
+    head = np.maximum.accumulate(np.where(first, np.arange(g.size), 0))  # each row's group's first row
     base = start[head]
-    rel_s, rel_e = start - base, np.maximum(end, start) - base
-    span = float(rel_e.max()) + 1e-6
     # Groups laid end to end (group k within [k * span, (k + 1) * span)), so that one running
     # maximum of the ends never carries an end over into the next group.
-    offset = (np.cumsum(first) - 1) * span
-    rel_s += offset
-    rel_e += offset
-    before = np.empty_like(rel_e)
-    before[0] = -np.inf
-    np.maximum.accumulate(rel_e[:-1], out=before[1:])
-    return float(np.clip(rel_e - np.maximum(rel_s, before), 0.0, None).sum())
+    offset = np.cumsum(first) - 1.0
+    offset *= float(max((end - base).max(), (late_e - base).max())) + 1e-6
+    offset -= base
+    totals = np.empty(2)
+    for k, (s, e) in enumerate(((start, np.maximum(end, start)), (late_s, np.maximum(late_e, late_s)))):
+        rel_s, rel_e = s + offset, e + offset
+        before = np.empty_like(rel_e)
+        before[0] = -np.inf
+        np.maximum.accumulate(rel_e[:-1], out=before[1:])
+        totals[k] = np.clip(rel_e - np.maximum(rel_s, before), 0.0, None).sum()
+    return totals
+
+
+def _name_lanes(rows: np.ndarray) -> np.ndarray | None:
+    """The (op, name) bytes of each row as 8-byte lanes, read in place (no copy), where the two
+    fields lie side by side in the record (as in COMM_DTYPE); else None."""
+    fields = rows.dtype.fields
+    if fields is None or "op" not in fields or "name" not in fields or not rows.flags.c_contiguous:
+        return None
+    (op_type, op_at, *_), (name_type, name_at, *_) = fields["op"], fields["name"]
+    size = op_type.itemsize + name_type.itemsize
+    if name_at != op_at + op_type.itemsize or size % 8 or len(rows) == 0:
+        return None
+    raw = rows.view(np.uint8)
+    shape, strides = (len(rows), size // 8), (rows.itemsize, 8)
+    return np.asarray(np.ndarray(shape, dtype=np.uint64, buffer=raw, offset=int(op_at), strides=strides))
 
 
 def _hash(rows: np.ndarray) -> np.ndarray:
-    """A 64-bit hash of each row's (op, name) bytes."""
-    lanes = np.concatenate(
-        (np.ascontiguousarray(rows["op"]).view(np.uint64).reshape(len(rows), -1),
-         np.ascontiguousarray(rows["name"]).view(np.uint64).reshape(len(rows), -1)),
-        axis=1,
-    )  # fmt: skip
+    """A 64-bit hash of each row's (op, name) bytes: sum of lane k times multiplier k, folded."""
+    lanes = _name_lanes(rows)
+    if lanes is None:
+        lanes = np.concatenate(
+            (np.ascontiguousarray(rows["op"]).view(np.uint64).reshape(len(rows), -1),
+             np.ascontiguousarray(rows["name"]).view(np.uint64).reshape(len(rows), -1)),
+            axis=1,
+        )  # fmt: skip
     with np.errstate(over="ignore"):
-        h = (lanes * _MULT[: lanes.shape[1]]).sum(axis=1, dtype=np.uint64)
-        return np.asarray(h ^ (h >> np.uint64(31)))
+        h = lanes[:, 0] * _MULT[0]
+        term = np.empty_like(h)
+        for k in range(1, lanes.shape[1]):  # lane by lane: no (rows, lanes) temporary, no short-axis sum
+            np.multiply(lanes[:, k], _MULT[k], out=term)
+            h += term
+        h ^= h >> np.uint64(31)
+        return np.asarray(h)
 
 
 class _Buckets:
@@ -91,8 +127,11 @@ class _Buckets:
 
     def add(self, rows: np.ndarray, exposed: np.ndarray) -> None:
         local, uniques = pd.factorize(_hash(rows))  # codes in order of first appearance
-        running = np.maximum.accumulate(local)
-        first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
+        if len(uniques) == 1:
+            first = np.zeros(1, dtype=np.int64)
+        else:
+            running = np.maximum.accumulate(local)
+            first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
         glob = np.empty(len(uniques), dtype=np.int64)
         for k, (h, at) in enumerate(zip(uniques.tolist(), first.tolist(), strict=True)):
             code = self.code_of.get(h)
@@ -101,15 +140,23 @@ class _Buckets:
                 self.names.append((bytes(rows["op"][at]).decode(errors="replace"),
                                    bytes(rows["name"][at]).decode(errors="replace")))  # fmt: skip
             glob[k] = code
-        codes, n = glob[local], len(self.names)
+        n = len(self.names)
         duration = np.clip(rows["t_end"] - rows["t_start"], 0.0, None)
-        weights = (None, rows["bytes"].astype(np.float64), duration, (exposed <= 0.0).astype(np.float64), exposed)
-        sums = np.stack([np.bincount(codes, weights=w, minlength=n).astype(np.float64) for w in weights])
-        grown = np.zeros((5, n))
-        grown[:, : self.sums.shape[1]] = self.sums
-        self.sums = grown + sums
+        weights = (rows["bytes"].astype(np.float64), duration, (exposed <= 0.0).astype(np.float64), exposed)
+        if len(uniques) == 1:  # one bucket in the chunk: plain sums
+            sums = np.zeros((5, n))
+            sums[:, glob[0]] = [len(rows), *(float(w.sum()) for w in weights)]
+        else:
+            codes = glob[local]
+            sums = np.stack([np.bincount(codes, minlength=n).astype(np.float64)]
+                            + [np.bincount(codes, weights=w, minlength=n) for w in weights])  # fmt: skip
+        if self.sums.shape[1] < n:
+            grown = np.zeros((5, n))
+            grown[:, : self.sums.shape[1]] = self.sums
+            self.sums = grown
+        self.sums += sums
 
-    def table(self) -> pd.DataFrame:
+    def columns(self) -> dict[str, np.ndarray]:
         count, nbytes, duration, hidden, exposed = self.sums
         mean_s, exposed_mean_s = duration / count, exposed / count
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -121,7 +168,7 @@ class _Buckets:
             "bytes": nbytes / count, "mean_s": mean_s, "hidden_share": hidden / count,
             "exposed_mean_s": exposed_mean_s, "exposed_share": exposed_share,
         }  # fmt: skip
-        return pd.DataFrame({key: value[order] for key, value in columns.items()})
+        return {key: value[order] for key, value in columns.items()}
 
 
 def backward_end(timed: np.ndarray) -> np.ndarray:
@@ -133,31 +180,33 @@ class _Pass:
     """One pass over the messages in (rank, iteration) order, in chunks that hold whole
     (rank, iteration) groups and fit in the CPU's cache (each record is read from memory once)."""
 
-    def __init__(self, timed: np.ndarray, columns: np.ndarray, buckets: bool, union: bool) -> None:
-        self.n_timed = timed.shape[1]
-        self.n_ranks = timed.shape[0]
+    def __init__(self, bwd: np.ndarray, columns: np.ndarray, buckets: bool, union: bool) -> None:
+        self.n_ranks, self.n_timed = bwd.shape
         self.col_of = np.full(int(columns.max()) + 1, -1, dtype=np.int64)
         self.col_of[columns] = np.arange(self.n_timed)
-        self.bwd_of = backward_end(timed).reshape(-1)
+        self.bwd_of = bwd.reshape(-1)
         self.buckets, self.union = buckets, union
         self.totals = np.zeros(2)
         self.acc = _Buckets()
 
-    def run(self, comm: np.ndarray, order: np.ndarray | None) -> bool:
-        """Accumulate every message; False (and nothing kept) if `comm` is out of order without `order`."""
-        lo, n, last = 0, len(comm), -1
+    def run(self, comm: np.ndarray, rows: np.ndarray | None, check: bool) -> bool:
+        """Accumulate the messages `comm[rows]` (all of them if `rows` is None), taken a chunk at a
+        time; with `check`, False (and nothing kept) if they are out of (rank, iteration) order."""
+        lo, n, last = 0, len(comm) if rows is None else len(rows), -1
         while lo < n:
             hi = min(lo + CHUNK, n)
-            rows = comm[lo:hi] if order is None else comm[order[lo:hi]]
-            key = rows["rank"].astype(np.int64) * 2**32 + rows["iteration"]
-            if order is None and (key[0] < last or (key[1:] < key[:-1]).any()):
+            chunk = comm[lo:hi] if rows is None else np.take(comm, rows[lo:hi])  # a chunk's gather stays in cache
+            key = chunk["rank"].astype(np.int64)
+            key <<= 32
+            key += chunk["iteration"]
+            if check and (key[0] < last or (key[1:] < key[:-1]).any()):
                 return False
             if hi < n:  # leave the last group to the next chunk, unless it fills this one
                 cut = int(np.searchsorted(key, key[-1], side="left"))
                 if cut > 0:
-                    rows, key, hi = rows[:cut], key[:cut], lo + cut
+                    chunk, key, hi = chunk[:cut], key[:cut], lo + cut
             last = int(key[-1])
-            self._chunk(rows)
+            self._chunk(chunk)
             lo = hi
         return True
 
@@ -173,11 +222,10 @@ class _Pass:
         g = rows["rank"].astype(np.int64) * self.n_timed + col
         start, end = rows["t_start"], rows["t_end"]
         bwd = self.bwd_of[g]
-        late = np.maximum(start, bwd)
         if self.union:
-            self.totals += _chunk_unions(g, start, end, late, np.maximum(end, bwd))
+            self.totals += _chunk_unions(g, start, end, bwd)
         if self.buckets:
-            self.acc.add(rows, np.clip(end - late, 0.0, None))
+            self.acc.add(rows, np.clip(end - np.maximum(start, bwd), 0.0, None))
 
 
 def measure(
@@ -186,17 +234,28 @@ def measure(
     """The exposure of one point: `timed` the timed iteration rows (ranks, n), `columns` the
     iteration index of each of its columns, `comm` every message (COMM_DTYPE). `buckets`,
     `union`: compute the per-bucket table, the unions (else NaN)."""
-    n_ranks, n_timed = timed.shape
-    if len(comm) == 0 or n_timed == 0:
+    if len(comm) == 0 or timed.shape[1] == 0:
         return _empty()
-    one = _Pass(timed, columns, buckets, union)
-    if not one.run(comm, None):  # written in several blocks: sort by (rank, iteration) once
-        key = comm["rank"].astype(np.int64) * 2**32 + comm["iteration"]
-        one = _Pass(timed, columns, buckets, union)
-        one.run(comm, np.argsort(key, kind="stable"))  # sorted runs (the blocks) merge fast
+    return _measure(backward_end(timed), columns, comm, None, buckets, union)
+
+
+def _measure(
+    bwd: np.ndarray, columns: np.ndarray, comm: np.ndarray, rows: np.ndarray | None, buckets: bool, union: bool
+) -> Exposure:
+    """`measure` from the end of backward per rank and column, of the messages `comm[rows]` (all if None)."""
+    n_ranks, n_timed = bwd.shape
+    if len(comm) == 0 or n_timed == 0 or (rows is not None and rows.size == 0):
+        return _empty()
+    one = _Pass(bwd, columns, buckets, union)
+    if not one.run(comm, rows, check=True):  # written in several blocks: sort by (rank, iteration) once
+        chosen = comm if rows is None else np.take(comm, rows)
+        key = chosen["rank"].astype(np.int64) * 2**32 + chosen["iteration"]
+        order = np.argsort(key, kind="stable")  # sorted runs (the blocks) merge fast
+        one = _Pass(bwd, columns, buckets, union)
+        one.run(comm, order if rows is None else rows[order], check=False)
     cells = n_ranks * n_timed
     shares = one.totals / cells if union else (float("nan"), float("nan"))
-    table = one.acc.table() if buckets and one.acc.names else pd.DataFrame(columns=BUCKET_COLUMNS[1:])
+    table = one.acc.columns() if buckets and one.acc.names else {}
     return Exposure(float(shares[0]), float(shares[1]), table)
 
 
@@ -204,30 +263,38 @@ def of(iterations: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bo
     """The exposure of a point from its whole iteration array (warm-up included) and messages,
     over at most SAMPLE_ITERATIONS evenly spaced timed iterations (timed.py)."""
     sample = Sample.of(iterations)
-    got = measure(sample.rows, sample.columns, messages_of(comm, sample.columns) if sample.sampled else comm,
-                  buckets, union)  # fmt: skip
+    f = sample.fields
+    if len(comm) == 0 or sample.columns.size == 0:
+        got = _empty()
+    else:
+        bwd = f["t_start"] + f["data"] + f["h2d"] + f["forward"] + f["backward"]  # backward_end's sum, in its order
+        got = _measure(bwd, sample.columns, comm, message_rows(comm, sample.columns) if sample.sampled else None,
+                       buckets, union)  # fmt: skip
     got.sample = sample
     return got
 
 
-def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """The messages of the iterations `columns` (in their order): one read of the iteration
-    field out of the records, then one gather of the rows kept."""
+def message_rows(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """The indices, in table order, of the messages of the iterations `columns`: one read of the
+    iteration field out of the records."""
     if len(comm) == 0 or columns.size == 0:
-        return comm[:0]
-    wanted = np.zeros(int(columns[-1]) + 3, dtype=bool)  # index i + 1 for iteration i; 0 and the last: out
+        return np.zeros(0, dtype=np.intp)
+    wanted = np.zeros(int(columns.max()) + 3, dtype=bool)  # index i + 1 for iteration i; 0 and the last: out
     wanted[columns + 1] = True
-    it = comm["iteration"].astype(np.int64)  # contiguous: the passes below stay in the cache
+    it = comm["iteration"].astype(np.intp)  # contiguous: the passes below stay in the cache
     it += 1
-    return np.take(comm, np.flatnonzero(np.take(wanted, it, mode="clip")))  # half a boolean index's time
+    return np.flatnonzero(np.take(wanted, it, mode="clip"))
 
 
-def _chunk_unions(
-    g: np.ndarray, start: np.ndarray, end: np.ndarray, late_start: np.ndarray, late_end: np.ndarray
-) -> np.ndarray:
+def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """The messages of the iterations `columns`, in table order (one gather of the rows kept)."""
+    return np.take(comm, message_rows(comm, columns))  # half a boolean index's time
+
+
+def _chunk_unions(g: np.ndarray, start: np.ndarray, end: np.ndarray, bwd: np.ndarray) -> np.ndarray:
     """(union of the messages' intervals, of their parts after backward) summed over the chunk's groups."""
     same = g[1:] == g[:-1]
     if not (start[1:][same] >= start[:-1][same]).all():
         order = np.lexsort((start, g))
-        g, start, end, late_start, late_end = g[order], start[order], end[order], late_start[order], late_end[order]
-    return np.array([_union(g, start, end), _union(g, late_start, late_end)])
+        g, start, end, bwd = g[order], start[order], end[order], bwd[order]
+    return _unions(g, start, end, bwd)

@@ -28,7 +28,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import exposure, metrics, whatif
+from hpcbench.analysis import exposure, whatif
 from hpcbench.analysis.timed import Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
@@ -61,7 +61,7 @@ class PointStragglers:
     rank_columns: Columns  # one row per rank: rank, host, local_rank, compute_s, excess_pct, share, cost_pct, ...
     row_columns: Columns  # STRAGGLER_COLUMNS
     whatif_columns: Columns  # WHATIF_COLUMNS
-    buckets: pd.DataFrame  # exposure.BUCKET_COLUMNS without `point`
+    bucket_columns: Columns  # exposure.BUCKET_COLUMNS without `point` (empty: no messages)
     heat: np.ndarray  # compute seconds, (ranks, iterations) block-averaged to at most HEAT_RANKS x HEAT_ITERATIONS
     t_iter_s: float
 
@@ -76,6 +76,12 @@ class PointStragglers:
     @cached_property
     def whatif(self) -> pd.DataFrame:
         return pd.DataFrame(self.whatif_columns)[WHATIF_COLUMNS]
+
+    @cached_property
+    def buckets(self) -> pd.DataFrame:
+        if not self.bucket_columns:
+            return pd.DataFrame(columns=exposure.BUCKET_COLUMNS[1:])
+        return pd.DataFrame(self.bucket_columns)[exposure.BUCKET_COLUMNS[1:]]
 
     @property
     def worst(self) -> int | None:
@@ -129,12 +135,12 @@ class _Arrays:
 
     @classmethod
     def of(cls, sample: Sample) -> _Arrays:
-        columns, timed = sample.columns, sample.rows
-        phase = {p: timed[p].astype(np.float32) for p in PHASES}
+        f = sample.fields  # contiguous float64 copies, taken once for the exposure and this
+        phase = {p: f[p].astype(np.float32) for p in PHASES}
         compute = phase[COMPUTE_PHASES[0]].copy()
         for p in COMPUTE_PHASES[1:]:
             compute += phase[p]
-        return cls(phase, compute, np.asarray(timed["t_end"] - timed["t_start"]), timed, columns)
+        return cls(phase, compute, f["t_end"] - f["t_start"], sample.rows, sample.columns)
 
 
 def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -174,7 +180,8 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     without = np.full(n_ranks, t_iter)
     slow = np.flatnonzero((count > 0) & (replay.factor < 1.0))  # ranks that were ever the slowest
     if slow.size:
-        without[slow] = np.median(replay.without_each(slow), axis=1)
+        times = replay.without_each(slow)
+        without[slow] = np.where(np.isnan(times).any(axis=1), np.nan, whatif.row_median(times))  # np.median's
     cost = 100.0 * (1.0 - without / t_iter) if t_iter > 0 else np.full(n_ranks, np.nan)
     med_compute = whatif.median_of(typical["compute"])
     ranks: Columns = {
@@ -184,7 +191,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
         "slowest_iterations": count, "median_excess_s": median_excess, "median_excess_pct": 100.0 * median_relative,
         "through": top_phase, "cost_pct": cost, "whatif_t_iter_s": without,
     }  # fmt: skip
-    buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).buckets
+    buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).bucket_columns
     return PointStragglers(p.point_id, p.point.label(), ranks, _rows(p.point_id, ranks, typical, t_iter),
                            _scenarios(p, replay, ranks, t_iter), buckets,
                            _block_mean(a.compute, HEAT_RANKS, HEAT_ITERATIONS), t_iter)  # fmt: skip
@@ -194,7 +201,7 @@ def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter:
     """stragglers.csv's rows of one point: rank x phase."""
     n, k = len(ranks["rank"]), len(ROW_PHASES)
     values = np.concatenate([typical[phase] for phase in ROW_PHASES])
-    med = np.repeat([np.median(typical[phase]) for phase in ROW_PHASES], n)
+    med = np.repeat([whatif.median_of(typical[phase]) for phase in ROW_PHASES], n)
     with np.errstate(divide="ignore", invalid="ignore"):
         excess_pct = np.where(med > 0, 100.0 * (values - med) / med, np.nan)
     columns: Columns = {
@@ -303,23 +310,25 @@ def _frame(tables: list[Columns], columns: list[str]) -> pd.DataFrame:
 
 
 def _buckets(points: list[PointStragglers]) -> pd.DataFrame:
-    kept = [d for d in points if not d.buckets.empty]
-    if not kept:
-        return pd.DataFrame(columns=exposure.BUCKET_COLUMNS)
-    table = pd.concat([d.buckets for d in kept], ignore_index=True)
-    table.insert(0, "point", np.repeat([d.point_id for d in kept], [len(d.buckets) for d in kept]))
-    return table[exposure.BUCKET_COLUMNS]
+    kept = [d for d in points if d.bucket_columns and len(d.bucket_columns["op"])]
+    tables = [{"point": np.full(len(d.bucket_columns["op"]), d.point_id, dtype=object), **d.bucket_columns}
+              for d in kept]  # fmt: skip
+    return _frame(tables, exposure.BUCKET_COLUMNS)
 
 
 def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | None = None) -> SweepStragglers:
     """Attribution of every point of two or more ranks, and the sweep's tables; `exposures`
     by point id (measured once for the stats), else measured here."""
     known = exposures or {}
-    done = [
-        attribute(p, known.get(p.point_id))
-        for p in points
-        if p.iterations.shape[0] > 1 and metrics.timed(p.iterations).shape[1] > 0
-    ]
+    done = []
+    for p in points:
+        measured = known.get(p.point_id)
+        if p.iterations.shape[0] < 2:
+            continue
+        if measured is None or measured.sample is None:
+            measured = exposure.of(p.iterations, p.comm, union=False)
+        if measured.sample is not None and measured.sample.columns.size:  # some timed iteration
+            done.append(attribute(p, measured))
     if not done:
         return SweepStragglers()
     return SweepStragglers(
