@@ -235,7 +235,8 @@ class PointRun:
         self.sampler.start()
         fail_at, fault = injected_fault(comm.rank)
         stall_limit = self.spec.options.stall_timeout_s
-        watchdog = Watchdog(stall_limit, comm, point.id) if stall_limit else None
+        in_flight = rec.comm.in_flight if rec.comm is not None else None  # what a stall waits in
+        watchdog = Watchdog(stall_limit, comm, point.id, in_flight) if stall_limit else None
         self.stop = stop = self._stop(comm)
         self._begin(comm, watchdog)
         for i in range(self.n_iterations):

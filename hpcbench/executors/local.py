@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -29,6 +30,8 @@ from hpcbench.sweepdir.lock import in_use
 from hpcbench.sweepdir.paths import inside
 
 STOP_GRACE_S = 30.0  # for ranks told to stop to finish their iteration and write their rows
+LINGER_S = 10.0  # a launcher still running this long after its last rank ended is stopped
+POLL_S = 1.0
 WORKER = b"hpcbench.worker"
 INTERRUPTED = "cancelled: the sweep was interrupted"
 
@@ -69,9 +72,49 @@ def stop_process(proc: subprocess.Popen[bytes], grace_s: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
     finally:
+        kill_tree(proc)
+
+
+def kill_tree(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the launcher's process group and every process under it (mpirun puts the
+    daemons it starts through its remote shell in process groups of their own)."""
+    tree, todo, found = _children(), [proc.pid], []
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(tree.get(pid, []))
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in found:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)  # leave nothing behind
-        proc.wait()
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
+
+
+def wait_launcher(proc: subprocess.Popen[bytes], timeout_s: float | None, linger_s: float = LINGER_S) -> str:
+    """Wait until the launcher ends: '' when it did; else why it must be ended: its time
+    limit, or it outlived every rank it had by `linger_s` (mpirun waits for the daemon of a
+    node whose link went down long after that node's ranks were gone: MPI_Abort cannot reach
+    it, and TCP gives up on it only after about 15 minutes)."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    seen, alone_since = False, 0.0
+    while True:
+        try:
+            proc.wait(timeout=POLL_S if deadline is None else max(0.0, min(POLL_S, deadline - time.monotonic())))
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return f"time limit: timed out after {timeout_s:g} s"
+        # its ranks below it (not itself: mpirun's own argv names the worker); ranks on other
+        # hosts are never seen here, so never waited for
+        if [pid for pid in worker_pids(proc.pid) if pid != proc.pid]:
+            seen, alone_since = True, 0.0
+        elif seen:
+            alone_since = alone_since or now
+            if now - alone_since >= linger_s:
+                return f"the launcher still ran {linger_s:g} s after its last rank ended (waiting for a node it lost?)"
 
 
 def run_process(
@@ -86,10 +129,12 @@ def run_process(
             preexec_fn=die_with_parent,  # the launcher stops its ranks if the sweep dies
         )  # fmt: skip
         try:
-            return proc.wait(timeout=timeout_s), ""
-        except subprocess.TimeoutExpired:
-            stop_process(proc, grace_s)
-            return proc.returncode, f"time limit: timed out after {timeout_s:g} s"
+            why = wait_launcher(proc, timeout_s)
+            if why.startswith("time limit"):
+                stop_process(proc, grace_s)
+            elif why:
+                kill_tree(proc)
+            return proc.wait(), why
         except BaseException:
             stop_process(proc, grace_s)  # interrupted: the ranks keep what they ran, none is left behind
             raise

@@ -71,6 +71,19 @@ class CommRecorder:
     def __len__(self) -> int:
         return self._n
 
+    def in_flight(self) -> str:
+        """The oldest message begun and not ended since the last drain, as text ('' if none):
+        what a stalled rank waits in, for its watchdog (another thread; a read that races a
+        drain or an `end` only makes the answer stale)."""
+        n = self._n
+        waiting = np.flatnonzero(self._t1[:n] == 0)
+        if not len(waiting):
+            return ""
+        i = int(waiting[0])
+        op, name, _ = (self._text[c].decode(errors="replace") for c in self._codes[i])
+        more = f", {len(waiting) - 1} more after it" if len(waiting) > 1 else ""
+        return f"{op} {name} ({int(self._bytes[i])} B, iteration {int(self._iteration[i])}{more})"
+
     def drain(self) -> np.ndarray:
         """Recorded messages as COMM_DTYPE rows (messages never completed have t_end = t_start)."""
         n = self._n

@@ -58,9 +58,9 @@ def test_the_first_account_is_the_cause_in_whichever_log_it_is(tmp_path: Path) -
 
 def test_accounts_of_an_earlier_run_are_not_this_runs_reason(tmp_path: Path) -> None:
     log = tmp_path / "point.log"
-    earlier = "hpcbench.worker: 2026-11-24T01:00:00.000000+00:00 rank 1 of point aaa stalled: no iteration for 9 s\n"
+    earlier = "hpcbench.worker: 2026-11-24T01:00:00.000000+00:00 rank 1 of point aaa failed: KeyError: y\n"
     log.write_text(earlier + f"=== attempt 2\nhpcbench.worker: {T1} rank 0 of point aaa failed: ValueError: x\n")
-    assert failure_hint([log]).startswith("rank 1 of point aaa stalled")  # no run start given: the first
+    assert failure_hint([log]).startswith("rank 1 of point aaa failed: KeyError")  # no run start given: the first
     assert failure_hint([log], since=at("2026-11-24T02:00:00+00:00")) == "rank 0 of point aaa failed: ValueError: x"
     assert failure_hint([log], since=at("2026-11-24T03:00:00+00:00")) == ""
 
@@ -83,7 +83,7 @@ def test_no_account_gives_nothing(tmp_path: Path, text: str) -> None:
 
 def test_a_written_account_is_one_line_that_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     try:
-        raise ValueError("first line\nsecond line " + "x" * 400)
+        raise ValueError("first line\nsecond line " + "x" * 800)
     except ValueError as exc:
         write_account(3, "abc123abc123", f"failed: {describe(exc)}")
     err = capsys.readouterr().err
@@ -106,3 +106,23 @@ def test_sacct_times_are_local_and_unknown_is_none() -> None:
     assert start is not None and start.tzinfo is not None
     assert start.replace(tzinfo=None) == datetime.datetime(2026, 11, 24, 2, 20, 40)
     assert _sacct_time("Unknown") is None and _sacct_time("") is None
+
+
+def test_a_stall_that_names_a_lost_peer_is_the_reason_before_one_whose_peers_all_answered(tmp_path: Path) -> None:
+    """Every rank of a stalled collective stalls; the rank whose peers all answer writes first
+    (its probe ends at once), but only the ones that found a peer unreachable say why."""
+    log = tmp_path / "point.log"
+    stall = "stalled: no iteration finished for 9 s (limit 8 s, last finished iteration 4); waiting in allreduce t0"
+    log.write_text(
+        f"hpcbench.worker: {T0} rank 2 of point aaa {stall}; peers answered: ranks 0, 1 (last finished iteration 4)\n"
+        f"hpcbench.worker: {T1} rank 0 of point aaa {stall}; peers unreachable: rank 1 (10.0.0.3); answered: rank 2\n"
+    )
+    assert failure_hint([log]).startswith("rank 0 of point aaa stalled")
+    assert "unreachable: rank 1 (10.0.0.3)" in failure_hint([log])
+    log.write_text(f"hpcbench.worker: {T1} rank 0 of point aaa {stall}; peers gone (connection refused): rank 1 (x)\n"
+                   f"hpcbench.worker: {T0} rank 2 of point aaa {stall}; peers answered: ranks 0, 1\n")  # fmt: skip
+    assert failure_hint([log]).startswith("rank 0 of point aaa stalled")
+    log.write_text(
+        f"hpcbench.worker: {T1} rank 0 of point aaa {stall}\nhpcbench.worker: {T0} rank 2 of point aaa {stall}\n"
+    )
+    assert failure_hint([log]).startswith("rank 2 of point aaa"), "none says why: the earliest"
