@@ -12,10 +12,12 @@ b = t_start + data + h2d + forward + backward of the iteration row:
 
 `comm_union_share` and `comm_exposed_share` are the mean over ranks and timed iterations of
 those unions divided by t_iter. On a point of more than SAMPLE_ITERATIONS timed iterations,
-over every k-th of them (timed.py). Vectorised, in chunks of messages that hold whole (rank,
-iteration) groups: one stable sort by group (none when the table is in order already, as
-written in one block), a running maximum per chunk, and a hash of the (op, name) bytes for
-the buckets (sorting ten million names would take seconds).
+over every k-th of them, and where those hold more than MESSAGE_BUDGET messages, over every
+j-th of those, at least MESSAGE_ITERATIONS (timed.py; the error bound: docs/stragglers.md).
+Vectorised, in chunks of messages that hold whole (rank, iteration) groups, gathered a
+chunk at a time: one stable sort by group (none when the table is in order already, as
+written in one block), a running maximum per chunk, and a hash of the (op, name) bytes,
+read in place, for the buckets (sorting ten million names would take seconds).
 """
 
 from __future__ import annotations
@@ -26,11 +28,12 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.timed import Sample
+from hpcbench.analysis.timed import Sample, message_stride
 
 BUCKET_COLUMNS = ["point", "op", "bucket", "messages", "bytes", "mean_s", "hidden_share", "exposed_mean_s",
                   "exposed_share"]  # fmt: skip
 CHUNK = 1 << 16  # messages handled at a time (7 MB of records: they stay in the CPU's cache)
+SELECT_ROWS = 1 << 20  # messages whose iteration is looked up at a time
 # odd 64-bit multipliers of a multiplicative hash of (op, name), one per 8-byte lane
 _MULT = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5,
                   0x94D049BB133111EB, 0xBF58476D1CE4E5B9, 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53],
@@ -59,22 +62,27 @@ def _empty() -> Exposure:
 
 def _unions(g: np.ndarray, start: np.ndarray, end: np.ndarray, bwd: np.ndarray) -> np.ndarray:
     """(union of the messages' intervals [start, end), union of their parts after `bwd`), each
-    summed over groups; rows sorted by group `g`, then start."""
+    summed over groups; rows grouped by `g` (sorted by start within a group here if they are not)."""
     first = np.empty(g.size, dtype=bool)
     first[0] = True
     np.not_equal(g[1:], g[:-1], out=first[1:])
-    late_s, late_e = np.maximum(start, bwd), np.maximum(end, bwd)
     if first.all():  # one message per group: each union is the message itself
+        late_s, late_e = np.maximum(start, bwd), np.maximum(end, bwd)
         return np.array([np.clip(end - start, 0.0, None).sum(), np.clip(late_e - late_s, 0.0, None).sum()])
+    if not ((start[1:] >= start[:-1]) | first[1:]).all():
+        order = np.lexsort((start, g))  # the groups keep their places: only rows within a group move
+        start, end, bwd = start[order], end[order], bwd[order]
+    late_s = np.maximum(start, bwd)
+    pairs = ((start, np.maximum(end, start)), (late_s, np.maximum(np.maximum(end, bwd), late_s)))
     head = np.maximum.accumulate(np.where(first, np.arange(g.size), 0))  # each row's group's first row
     base = start[head]
     # Groups laid end to end (group k within [k * span, (k + 1) * span)), so that one running
     # maximum of the ends never carries an end over into the next group.
     offset = np.cumsum(first) - 1.0
-    offset *= float(max((end - base).max(), (late_e - base).max())) + 1e-6
+    offset *= float(max((pairs[0][1] - base).max(), (pairs[1][1] - base).max())) + 1e-6
     offset -= base
     totals = np.empty(2)
-    for k, (s, e) in enumerate(((start, np.maximum(end, start)), (late_s, np.maximum(late_e, late_s)))):
+    for k, (s, e) in enumerate(pairs):
         rel_s, rel_e = s + offset, e + offset
         before = np.empty_like(rel_e)
         before[0] = -np.inf
@@ -125,27 +133,34 @@ class _Buckets:
         self.names: list[tuple[str, str]] = []
         self.sums = np.zeros((5, 0))
 
-    def add(self, rows: np.ndarray, exposed: np.ndarray) -> None:
-        local, uniques = pd.factorize(_hash(rows))  # codes in order of first appearance
+    def add(self, h: np.ndarray, rows: np.ndarray, at: np.ndarray | None, nbytes: np.ndarray, start: np.ndarray,
+            end: np.ndarray, exposed: np.ndarray) -> None:  # fmt: skip
+        """Messages with (op, name) hashes `h`, `nbytes`, `start`, `end` and `exposed` time: rows
+        `at` of the records `rows` (all of them if None), where the names are read."""
+        if h[0] == h.min() == h.max():  # one bucket in the chunk (the common case): no factorising
+            local, uniques = np.zeros(0, dtype=np.intp), h[:1]
+        else:
+            local, uniques = pd.factorize(h)  # codes in order of first appearance
         if len(uniques) == 1:
             first = np.zeros(1, dtype=np.int64)
         else:
             running = np.maximum.accumulate(local)
             first = np.flatnonzero(np.concatenate(([True], running[1:] > running[:-1])))
         glob = np.empty(len(uniques), dtype=np.int64)
-        for k, (h, at) in enumerate(zip(uniques.tolist(), first.tolist(), strict=True)):
-            code = self.code_of.get(h)
+        for k, (key, i) in enumerate(zip(uniques.tolist(), first.tolist(), strict=True)):
+            code = self.code_of.get(key)
             if code is None:
-                code = self.code_of[h] = len(self.names)
-                self.names.append((bytes(rows["op"][at]).decode(errors="replace"),
-                                   bytes(rows["name"][at]).decode(errors="replace")))  # fmt: skip
+                code = self.code_of[key] = len(self.names)
+                row = rows[i if at is None else int(at[i])]
+                self.names.append((bytes(row["op"]).decode(errors="replace"),
+                                   bytes(row["name"]).decode(errors="replace")))  # fmt: skip
             glob[k] = code
         n = len(self.names)
-        duration = np.clip(rows["t_end"] - rows["t_start"], 0.0, None)
-        weights = (rows["bytes"].astype(np.float64), duration, (exposed <= 0.0).astype(np.float64), exposed)
+        duration = np.clip(end - start, 0.0, None)
+        weights = (nbytes.astype(np.float64), duration, (exposed <= 0.0).astype(np.float64), exposed)
         if len(uniques) == 1:  # one bucket in the chunk: plain sums
             sums = np.zeros((5, n))
-            sums[:, glob[0]] = [len(rows), *(float(w.sum()) for w in weights)]
+            sums[:, glob[0]] = [len(h), *(float(w.sum()) for w in weights)]
         else:
             codes = glob[local]
             sums = np.stack([np.bincount(codes, minlength=n).astype(np.float64)]
@@ -182,8 +197,8 @@ class _Pass:
 
     def __init__(self, bwd: np.ndarray, columns: np.ndarray, buckets: bool, union: bool) -> None:
         self.n_ranks, self.n_timed = bwd.shape
-        self.col_of = np.full(int(columns.max()) + 1, -1, dtype=np.int64)
-        self.col_of[columns] = np.arange(self.n_timed)
+        self.col_of = np.full(int(columns.max()) + 3, -1, dtype=np.int64)  # at iteration + 1: 0 and the last, out
+        self.col_of[columns + 1] = np.arange(self.n_timed)
         self.bwd_of = bwd.reshape(-1)
         self.buckets, self.union = buckets, union
         self.totals = np.zeros(2)
@@ -211,21 +226,28 @@ class _Pass:
         return True
 
     def _chunk(self, rows: np.ndarray) -> None:
-        it, rank = rows["iteration"], rows["rank"]
-        ok = (it >= 0) & (it < len(self.col_of)) & (rank >= 0) & (rank < self.n_ranks)
-        col = np.where(ok, self.col_of[np.clip(it, 0, len(self.col_of) - 1)], -1)
+        it = rows["iteration"].astype(np.intp)
+        it += 1
+        col = np.take(self.col_of, it, mode="clip")  # -1: not an iteration measured
         keep = col >= 0
-        if not keep.all():
-            rows, col = rows[keep], col[keep]
-            if len(rows) == 0:
+        rank, start, end, nbytes = rows["rank"], rows["t_start"], rows["t_end"], rows["bytes"]
+        keep &= rank.view(np.uint32) < self.n_ranks  # a negative rank is a large unsigned one
+        h = _hash(rows) if self.buckets else None  # in place, before any row is left out
+        at = None
+        if not keep.all():  # the columns of the rows kept, not a copy of their records
+            at = np.flatnonzero(keep)
+            if at.size == 0:
                 return
-        g = rows["rank"].astype(np.int64) * self.n_timed + col
-        start, end = rows["t_start"], rows["t_end"]
-        bwd = self.bwd_of[g]
+            col, rank, start, end, nbytes = col[at], rank[at], start[at], end[at], nbytes[at]
+            h = None if h is None else h[at]
+        g = rank.astype(np.int64)
+        g *= self.n_timed
+        g += col
+        bwd = np.take(self.bwd_of, g)
         if self.union:
-            self.totals += _chunk_unions(g, start, end, bwd)
-        if self.buckets:
-            self.acc.add(rows, np.clip(end - np.maximum(start, bwd), 0.0, None))
+            self.totals += _unions(g, start, end, bwd)
+        if h is not None:
+            self.acc.add(h, rows, at, nbytes, start, end, np.clip(end - np.maximum(start, bwd), 0.0, None))
 
 
 def measure(
@@ -263,13 +285,14 @@ def of(iterations: np.ndarray, comm: np.ndarray, buckets: bool = True, union: bo
     """The exposure of a point from its whole iteration array (warm-up included) and messages,
     over at most SAMPLE_ITERATIONS evenly spaced timed iterations (timed.py)."""
     sample = Sample.of(iterations)
-    f = sample.fields
     if len(comm) == 0 or sample.columns.size == 0:
         got = _empty()
     else:
-        bwd = f["t_start"] + f["data"] + f["h2d"] + f["forward"] + f["backward"]  # backward_end's sum, in its order
-        got = _measure(bwd, sample.columns, comm, message_rows(comm, sample.columns) if sample.sampled else None,
-                       buckets, union)  # fmt: skip
+        bwd = sample.arrays.backward_end  # as backward_end(sample.rows)
+        stride = message_stride(sample.columns.size, len(comm) / iterations.shape[1])
+        columns = sample.columns[::stride]
+        rows = message_rows(comm, columns) if sample.sampled or stride > 1 else None
+        got = _measure(np.ascontiguousarray(bwd[:, ::stride]), columns, comm, rows, buckets, union)
     got.sample = sample
     return got
 
@@ -281,20 +304,16 @@ def message_rows(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.intp)
     wanted = np.zeros(int(columns.max()) + 3, dtype=bool)  # index i + 1 for iteration i; 0 and the last: out
     wanted[columns + 1] = True
-    it = comm["iteration"].astype(np.intp)  # contiguous: the passes below stay in the cache
-    it += 1
-    return np.flatnonzero(np.take(wanted, it, mode="clip"))
+    found = []
+    for lo in range(0, len(comm), SELECT_ROWS):  # small temporaries: reused, not fresh pages each
+        it = comm["iteration"][lo : lo + SELECT_ROWS].astype(np.intp)  # contiguous: the passes below stay in cache
+        it += 1
+        at = np.flatnonzero(np.take(wanted, it, mode="clip"))
+        at += lo
+        found.append(at)
+    return np.concatenate(found)
 
 
 def messages_of(comm: np.ndarray, columns: np.ndarray) -> np.ndarray:
     """The messages of the iterations `columns`, in table order (one gather of the rows kept)."""
     return np.take(comm, message_rows(comm, columns))  # half a boolean index's time
-
-
-def _chunk_unions(g: np.ndarray, start: np.ndarray, end: np.ndarray, bwd: np.ndarray) -> np.ndarray:
-    """(union of the messages' intervals, of their parts after backward) summed over the chunk's groups."""
-    same = g[1:] == g[:-1]
-    if not (start[1:][same] >= start[:-1][same]).all():
-        order = np.lexsort((start, g))
-        g, start, end, bwd = g[order], start[order], end[order], bwd[order]
-    return _unions(g, start, end, bwd)

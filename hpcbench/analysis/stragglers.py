@@ -29,11 +29,11 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import exposure, whatif
-from hpcbench.analysis.timed import Sample
+from hpcbench.analysis.timed import BLOCK_PHASES, Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
 
-PHASES = (*COMPUTE_PHASES, "comm")  # comm: time in the exchange after backward, waiting included
+PHASES = BLOCK_PHASES  # the compute phases, then comm: time in the exchange after backward, waiting included
 ROW_PHASES = (*PHASES, "compute")
 HEADLINE_COST_PCT = 5.0
 HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
@@ -127,7 +127,8 @@ class _Arrays:
     """The timed iterations of a point (at most SAMPLE_ITERATIONS of them, evenly spaced) as
     contiguous per-phase arrays (float32 durations)."""
 
-    phase: dict[str, np.ndarray]
+    block: np.ndarray  # (len(ROW_PHASES), ranks, n): each of PHASES, then compute
+    phase: dict[str, np.ndarray]  # views into `block`
     compute: np.ndarray
     duration: np.ndarray  # float64
     timed: np.ndarray
@@ -135,12 +136,16 @@ class _Arrays:
 
     @classmethod
     def of(cls, sample: Sample) -> _Arrays:
-        f = sample.fields  # contiguous float64 copies, taken once for the exposure and this
-        phase = {p: f[p].astype(np.float32) for p in PHASES}
-        compute = phase[COMPUTE_PHASES[0]].copy()
-        for p in COMPUTE_PHASES[1:]:
-            compute += phase[p]
-        return cls(phase, compute, f["t_end"] - f["t_start"], sample.rows, sample.columns)
+        arrays = sample.arrays  # read out of the records once, for the exposure and this
+        block = arrays.block
+        phase = {p: block[k] for k, p in enumerate(PHASES)}
+        return cls(block, phase, block[-1], arrays.duration, sample.rows, sample.columns)
+
+    def row_medians(self) -> dict[str, np.ndarray]:
+        """Each rank's median over iterations of each of ROW_PHASES (one partition for all)."""
+        k, n_ranks, n = self.block.shape
+        medians = whatif.row_median(self.block.reshape(k * n_ranks, n)).reshape(k, n_ranks)
+        return {p: medians[i] for i, p in enumerate(ROW_PHASES)}
 
 
 def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -155,7 +160,8 @@ def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     excess = (c[slowest, cols] - c[mid, cols]).astype(np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         relative = excess / c[mid, cols]
-    by_phase = np.stack([a.phase[p][slowest, cols] - a.phase[p][mid, cols] for p in COMPUTE_PHASES])
+    compute_phases = a.block[: len(COMPUTE_PHASES)]
+    by_phase = compute_phases[:, slowest, cols] - compute_phases[:, mid, cols]
     return slowest, excess, relative, np.argmax(by_phase, axis=0)
 
 
@@ -166,8 +172,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     hosts = p.hostnames[:n_ranks] + ["?"] * max(0, n_ranks - len(p.hostnames))
     rank_ids = p.ranks["rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.arange(n_ranks)
     local = p.ranks["local_rank"][:n_ranks] if len(p.ranks) >= n_ranks else np.zeros(n_ranks, dtype=int)
-    typical = {ph: whatif.row_median(a.phase[ph]) for ph in PHASES}
-    typical["compute"] = whatif.row_median(a.compute)
+    typical = a.row_medians()
     slowest, excess, relative, through = _per_iteration(a)
     count = np.bincount(slowest, minlength=n_ranks)
     median_excess = _group_medians(slowest, excess, n_ranks)
@@ -200,8 +205,9 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
 def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter: float) -> Columns:
     """stragglers.csv's rows of one point: rank x phase."""
     n, k = len(ranks["rank"]), len(ROW_PHASES)
-    values = np.concatenate([typical[phase] for phase in ROW_PHASES])
-    med = np.repeat([whatif.median_of(typical[phase]) for phase in ROW_PHASES], n)
+    per_phase = np.stack([typical[phase] for phase in ROW_PHASES])
+    values = per_phase.reshape(-1)
+    med = np.repeat(np.where(np.isnan(per_phase).any(axis=1), np.nan, whatif.row_median(per_phase)), n)  # np.median's
     with np.errstate(divide="ignore", invalid="ignore"):
         excess_pct = np.where(med > 0, 100.0 * (values - med) / med, np.nan)
     columns: Columns = {
@@ -215,7 +221,7 @@ def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter:
     }
     for key in ("rank", "host", "local_rank", "slowest_share", "slowest_iterations", "median_excess_s",
                 "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s"):  # fmt: skip
-        columns[key] = np.tile(ranks[key], k)
+        columns[key] = np.concatenate([ranks[key]] * k)  # np.tile's result, without its overhead
     return columns
 
 

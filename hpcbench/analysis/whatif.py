@@ -41,18 +41,25 @@ def asynchronous(point: Point) -> bool:
     return False
 
 
+ROWS_BYTES = 4 << 20  # row_median's partitions, a block of rows at a time
+
+
 def row_median(x: np.ndarray) -> np.ndarray:
     """The median of each row of a 2-d array (one partition per row, no sort)."""
     n = x.shape[1]
     if n == 0:
         return np.full(x.shape[0], np.nan)
     k = (n - 1) // 2
-    part = np.partition(x, k, axis=1)
-    if n % 2:
-        return np.asarray(part[:, k], dtype=np.float64)
-    # the next value up is the smallest of those after k: a minimum, not a second partition
-    # (partitioning at [k, k + 1] took five times one partition's time)
-    return np.asarray((part[:, k].astype(np.float64) + part[:, k + 1 :].min(axis=1)) / 2.0)
+    out = np.empty(x.shape[0])
+    step = max(1, ROWS_BYTES // max(1, n * x.itemsize))  # partition copies: a few MB at a time, reused
+    for lo in range(0, x.shape[0], step):
+        part = np.partition(x[lo : lo + step], k, axis=1)
+        if n % 2:
+            out[lo : lo + step] = part[:, k]
+        else:  # the next value up is the smallest of those after k: a minimum, not a second partition
+            # (partitioning at [k, k + 1] took five times one partition's time)
+            out[lo : lo + step] = (part[:, k].astype(np.float64) + part[:, k + 1 :].min(axis=1)) / 2.0
+    return out
 
 
 def median_of(values: np.ndarray) -> float:

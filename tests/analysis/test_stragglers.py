@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.analysis import exposure, metrics, stragglers, tables, whatif
+from hpcbench.analysis import exposure, metrics, stragglers, tables, timed, whatif
 from hpcbench.analysis.timed import SAMPLE_ITERATIONS, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
@@ -195,6 +195,37 @@ def test_long_points_are_measured_on_evenly_spaced_iterations(tmp_path: Path) ->
     ps = stragglers.attribute(read_point(fabricated(tmp_path, slow)))
     assert int(ps.ranks["slowest_share"].to_numpy().argmax()) == 1
     assert ps.ranks["slowest_iterations"].sum() == len(timed_columns(slow, SAMPLE_ITERATIONS))
+
+
+def test_the_messages_of_long_points_are_measured_on_fewer_iterations_within_the_stated_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # the benchmark point: 1,998 sampled iterations of 1,024 messages; every 3rd keeps 666 >= 500 iterations
+    assert timed.message_stride(1998, 1024.0) == 3 and timed.message_stride(2000, 2.0) == 1
+    # 8 ranks x 2,001 iterations (1 warm-up), one message each, handed over 10 ms before backward
+    # ends and exposed for a time drawn uniformly from [0, 40 ms]: the truth is the mean over all
+    # 2,000 timed iterations; a budget of 4,000 messages leaves every 4th iteration (500 >= 250)
+    monkeypatch.setattr(timed, "MESSAGE_BUDGET", 4000)
+    monkeypatch.setattr(timed, "MESSAGE_ITERATIONS", 250)
+    n_ranks, n = 8, 2001
+    a = iterations(n_ranks, n, warmup=1, forward=0.02, backward=0.02, comm=0.04, period=0.1)
+    exposed = 0.04 * np.random.default_rng(7).random((n_ranks, n))
+    msgs = np.zeros(n_ranks * n, dtype=COMM_DTYPE)
+    msgs["rank"], msgs["iteration"] = np.repeat(np.arange(n_ranks), n), np.tile(np.arange(n), n_ranks)
+    msgs["op"], msgs["name"], msgs["bytes"] = b"allreduce", b"0", 8
+    msgs["t_start"] = (a["t_start"] + 0.03).reshape(-1)
+    msgs["t_end"] = (a["t_start"] + 0.04 + exposed).reshape(-1)
+    got = exposure.of(a, msgs)
+    assert num(got.buckets.set_index("bucket"), "0", "messages") == n_ranks * 500
+    assert got.sample is not None and got.sample.columns.size == 2000  # the attribution keeps them all
+    truth = float(exposed[:, 1:].mean())
+    # docs/stragglers.md: one standard error is the per-iteration standard deviation / sqrt(iterations)
+    bound = 3 * float(exposed[:, 1:].mean(axis=0).std()) / np.sqrt(500)
+    assert abs(got.exposed_s - truth) <= bound and abs(got.union_s - (0.01 + truth)) <= bound
+    assert abs(got.exposed_s - truth) > 0  # an estimate from the sample, not the whole run
+    monkeypatch.setattr(timed, "MESSAGE_BUDGET", 1 << 19)  # within the budget: every message
+    whole = exposure.of(a, msgs)
+    assert whole.exposed_s == pytest.approx(truth) and whole.union_s == pytest.approx(0.01 + truth)
 
 
 def test_ideal_timeline_runs_every_rank_at_median_speed(tmp_path: Path) -> None:
