@@ -12,11 +12,21 @@ placements a and b of the same work:
     compute_b = compute_a · oversubscription_b / oversubscription_a · (t_a / t_b)^φ
 
 φ is fitted from two measured placements with different threads and no oversubscription
-(`fit_phi`); without such a pair it is taken as 0 and the prediction says so. The placement
-of a measured point comes from its point file: ranks per host from the ranks' host names,
-threads from OMP_NUM_THREADS as the launcher set it (or the point's `threads`), cores from
-the host's CPU count. Ranks on virtual nodes that share one physical host (the test
-cluster) are counted per node name, so their contention is not seen.
+(`fit_phi`); without such a pair it is taken as 0 and the prediction says so.
+
+A host's cores are not always worth their count for compute: virtual CPUs that are sibling
+hardware threads of one physical core, a shared memory bus or cache, the harness's and the
+communication library's own threads all leave less than C cores to the ranks' kernels.
+The model then uses the host's *effective cores* C_eff in place of C (1 <= C_eff <= C):
+
+    oversubscription(k, t, C_eff) = max(1, k·t / C_eff)
+
+C_eff is fitted from two measured placements with the same threads where the smaller one
+runs a single thread-load (k·t = 1, so it cannot be slowed by sharing):
+C_eff = k_b·t / (compute_b / compute_a), clipped to [1, C] (`fit_effective_cores`); a
+slowdown under 5 % is no contention seen, and C stands. Where no such pair was measured,
+C_eff = C and the prediction says so: compute measured with several ranks per host cannot
+tell how fast one rank alone would be.
 """
 
 from __future__ import annotations
@@ -27,12 +37,14 @@ from dataclasses import dataclass
 
 from hpcbench.store.reader import PointData
 
+SLOWDOWN_SEEN = 0.05  # a compute slowdown under this share is noise, not contention
+
 
 @dataclass(frozen=True)
 class Placement:
     ranks_per_host: int
     threads: int  # per rank
-    cores: int  # per host
+    cores: float  # per host (the CPU count, or the effective cores the model fitted)
 
     @property
     def oversubscription(self) -> float:
@@ -57,6 +69,17 @@ def fit_phi(a: Placement, b: Placement, compute_a: float, compute_b: float) -> f
     threading = compute_b / compute_a / (b.oversubscription / a.oversubscription)
     phi = math.log(threading) / math.log(a.threads / b.threads)
     return min(max(phi, 0.0), 1.0)
+
+
+def fit_effective_cores(a: Placement, b: Placement, compute_a: float, compute_b: float) -> float | None:
+    """C_eff from a single thread-load (a: ranks_per_host·threads = 1) and a larger placement b
+    of the same threads on the same host; None when the pair cannot tell."""
+    load_a, load_b = a.ranks_per_host * a.threads, b.ranks_per_host * b.threads
+    if a.threads != b.threads or load_a != 1 or load_b <= 1 or a.cores != b.cores or a.cores <= 0:
+        return None
+    if compute_a <= 0 or compute_b <= 0 or compute_b / compute_a <= 1 + SLOWDOWN_SEEN:
+        return None  # no slowdown seen: only a lower bound on C_eff; the CPU count stands
+    return min(max(load_b / (compute_b / compute_a), 1.0), float(a.cores))
 
 
 def _threads(p: PointData) -> int:

@@ -27,14 +27,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import fit, metrics
 from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
-from hpcbench.analysis.contention import Placement, compute_scale, fit_phi, placement_of
+from hpcbench.analysis.contention import Placement, compute_scale, fit_effective_cores, fit_phi, placement_of
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.store.reader import PointData
 
@@ -64,6 +64,12 @@ class Calibration:
     phi: float = 0.0  # thread exponent (contention.py)
     phi_source: str = "not measured: threads assumed not to help"
     cpu: bool = True  # CPU-driven collectives: their cost grows with oversubscription
+    cores: float = 0.0  # the host's effective cores for compute (contention.py); 0: its CPU count
+    cores_source: str = "not measured: the CPU count"
+
+    def on(self, where: Placement) -> Placement:
+        """`where` with the host's effective cores in place of its CPU count, when fitted."""
+        return replace(where, cores=self.cores) if self.cores > 0 else where
 
 
 def _timed_mask(iterations: np.ndarray) -> np.ndarray:
@@ -95,7 +101,7 @@ def _messages(p: PointData, cache: Messages) -> np.ndarray:
 
 
 def fit_link_from_points(
-    points: Sequence[PointData], cache: Messages | None = None, cpu: bool = False
+    points: Sequence[PointData], cache: Messages | None = None, cpu: bool = False, cores: float = 0.0
 ) -> tuple[LinkCost, str]:
     """The ring link α, β from the gradient messages of points with the same rank count (with
     `cpu`, divided by their oversubscription: the link of ranks that each have their cores)."""
@@ -113,7 +119,8 @@ def fit_link_from_points(
     result = fit.fit_alpha_beta(np.concatenate(sizes), np.concatenate(times))
     names = " ".join(p.point_id for p in points)
     link = ring_link(result.cost, ranks[0])
-    oversub = max(placement_of(p).oversubscription for p in points) if cpu else 1.0
+    places = [placement_of(p) for p in points]
+    oversub = max((replace(w, cores=cores) if cores > 0 else w).oversubscription for w in places) if cpu else 1.0
     if oversub > 1:
         link = LinkCost(link.alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
@@ -135,6 +142,20 @@ def _thread_exponent(order: Sequence[PointData], stats: pd.DataFrame) -> tuple[f
         if phi is not None:
             return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
     return 0.0, "not measured (no calibration points with other threads): threads assumed not to help", None
+
+
+def _effective_cores(order: Sequence[PointData], stats: pd.DataFrame) -> tuple[float, str, str | None]:
+    """C_eff from the base point, when it runs one thread-load, and the smallest point of more
+    ranks per host with its threads; its source and that point."""
+    base = order[0]
+    a = placement_of(base)
+    for p in order[1:]:
+        b = placement_of(p)
+        cores = fit_effective_cores(a, b, _compute_s(stats, base), _compute_s(stats, p))
+        if cores is not None:
+            source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
+            return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", p.point_id
+    return 0.0, "not measured (no one-rank and several-rank calibration points): the CPU count", None
 
 
 def _spread(layers: Sequence[Layer], backward: float) -> list[Layer]:
@@ -168,13 +189,15 @@ def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
     else:
         layers = [Layer(0.0, backward)]
     cpu = base.point.device == "cpu"
+    cores, cores_source, cores_point = _effective_cores(order, stats) if cpu else (0.0, "GPU", None)
+    calibration |= {cores_point} if cores_point else set()
     comm_source = "commbench" if link is not None else ""
     if link is None:
         multi = [p for p in with_messages if p.iterations.shape[0] >= 2]
         if multi:
             smallest = min(p.iterations.shape[0] for p in multi)
             chosen = [p for p in multi if p.iterations.shape[0] == smallest]
-            link, comm_source = fit_link_from_points(chosen, cache, cpu)
+            link, comm_source = fit_link_from_points(chosen, cache, cpu, cores)
             calibration |= {p.point_id for p in chosen}
         else:
             comm_source = "none: no messages recorded between >= 2 ranks, communication not modelled"
@@ -182,7 +205,7 @@ def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
     calibration |= {phi_point} if phi_point else set()
     return Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
-        placement_of(base), phi, phi_source, cpu,
+        placement_of(base), phi, phi_source, cpu, cores, cores_source,
     )  # fmt: skip
 
 
@@ -191,8 +214,8 @@ def predict_point(
 ) -> IterationPrediction:
     """The calibrated configuration at `ranks` ranks and `batch_size` per rank, its ranks
     placed as `placement` (default: as the calibration point's)."""
-    where = placement or cal.placement
-    s = batch_size / cal.batch_size * (compute_scale(cal.placement, where, cal.phi) if cal.cpu else 1.0)
+    where = cal.on(placement or cal.placement)
+    s = batch_size / cal.batch_size * (compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0)
     phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
     if cal.cpu and where.oversubscribed:
@@ -252,7 +275,7 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
                     "beta_s_per_byte": cal.link.beta if cal.link else float("nan"),
                     "comm_source": cal.comm_source,
                     "oversubscribed": where.oversubscribed,
-                    "compute_scale": compute_scale(cal.placement, where, cal.phi) if cal.cpu else 1.0,
+                    "compute_scale": compute_scale(cal.on(cal.placement), cal.on(where), cal.phi) if cal.cpu else 1.0,
                     "note": "",
                 }
             )

@@ -20,7 +20,7 @@ import pandas as pd
 
 from hpcbench.analysis import metrics, predict
 from hpcbench.analysis.collectives import LinkCost, ModelError
-from hpcbench.analysis.contention import placement_of
+from hpcbench.analysis.contention import Placement, placement_of
 from hpcbench.analysis.model import IterationPrediction
 from hpcbench.store.reader import PointData
 
@@ -44,6 +44,22 @@ def _residuals(row: pd.Series, pred: IterationPrediction) -> dict[str, float]:
     }
 
 
+def _load(where: Placement) -> int:
+    return where.ranks_per_host * where.threads
+
+
+def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]) -> str:
+    """Why a held-out point may miss: fewer threads per host than every calibration point ran,
+    with the host's effective cores unknown (contention.py), is an extrapolation the
+    calibration cannot check."""
+    if cal.cpu and cal.cores == 0 and _load(where) < min(_load(placement_of(p)) for p in train):
+        return (
+            f"effective cores not measured ({cal.cores_source}): compute at {where.ranks_per_host} "
+            "rank(s) per host extrapolated from more"
+        )
+    return ""
+
+
 def _held_out_group(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for scale in sorted({p.iterations.shape[0] for p in group}):
@@ -65,7 +81,7 @@ def _held_out_group(group: Sequence[PointData], stats: pd.DataFrame, link: LinkC
             measured = float(row["t_iter_s"])
             error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
             rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter,
-                         "rel_error": error, **_residuals(row, pred), "note": ""})  # fmt: skip
+                         "rel_error": error, **_residuals(row, pred), "note": _note(cal, where, train)})  # fmt: skip
     return rows
 
 
@@ -105,4 +121,7 @@ def headline(table: pd.DataFrame) -> str:
     ]
     oversub = int(table["oversubscribed"].fillna(False).astype(bool).sum())
     tail = f"; oversubscribed (more threads than cores) held-out points: {oversub}" if oversub else ""
+    unmeasured = int(table["note"].fillna("").str.startswith("effective cores not measured").sum())
+    if unmeasured:
+        tail += f"; held-out points whose compute was extrapolated without the host's effective cores: {unmeasured}"
     return "Model held-out error (leave one scale out): " + "; ".join(parts) + tail + "."

@@ -12,7 +12,7 @@ import pytest
 from hpcbench.analysis import collectives as co
 from hpcbench.analysis import exchange as ex
 from hpcbench.analysis import model, tables, validate
-from hpcbench.analysis.contention import Placement, compute_scale, fit_phi
+from hpcbench.analysis.contention import Placement, compute_scale, fit_effective_cores, fit_phi
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
@@ -124,6 +124,19 @@ def test_contention_follows_the_cores_each_rank_has() -> None:
     assert fit_phi(one, four, 1.0, 1.0) == 0.0  # faster than time-sharing allows: clipped
 
 
+def test_effective_cores_from_one_rank_and_several() -> None:
+    alone, two, four = Placement(1, 1, 2), Placement(2, 1, 2), Placement(4, 1, 2)
+    # two single-thread ranks run 1.6x slower than one: the 2 CPUs are worth 1.25 cores
+    assert fit_effective_cores(alone, two, 1.0, 1.6) == pytest.approx(1.25)
+    assert fit_effective_cores(alone, four, 1.0, 3.2) == pytest.approx(1.25)
+    assert fit_effective_cores(alone, two, 1.0, 1.03) is None  # no slowdown seen: the CPU count stands
+    assert fit_effective_cores(alone, four, 1.0, 1.5) == 2.0  # less than time-sharing allows: clipped to C
+    assert fit_effective_cores(alone, four, 1.0, 9.0) == 1.0  # more than one core's worth lost: clipped to 1
+    assert fit_effective_cores(two, four, 1.0, 2.0) is None  # no single thread-load: cannot tell
+    assert fit_effective_cores(Placement(1, 2, 2), four, 1.0, 2.0) is None  # other threads
+    assert compute_scale(Placement(1, 1, 1.25), Placement(4, 1, 1.25), phi=0) == pytest.approx(3.2)
+
+
 def test_tensor_costs_add_up_to_the_zoo() -> None:
     for name in zoo.NAMES:
         m = zoo.model(name)
@@ -170,3 +183,26 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
     summary = validate.summary(analysis.held_out)
     assert summary["points"].tolist() == [3]
     assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
+
+
+def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp_path: Path) -> None:
+    """Single-thread ranks on a 2-CPU host worth 1.25 cores (sibling hardware threads, say):
+    compute grows by max(1, k / 1.25), not max(1, k / 2)."""
+    cores = 1.25
+    truth = {}
+    for n in (1, 2, 4):
+        scale = max(1.0, n / cores)
+        it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
+        point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
+        provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
+        write_point_file(tmp_path / f"{point.id}.h5", point, it, hostnames=["h"] * n, provenance=provenance)
+        truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
+    analysis = tables.analyse(tmp_path)
+    held = analysis.held_out.set_index("ranks")
+    assert "extrapolated without the host's effective cores: 1" in analysis.headlines[0]
+    # 4 ranks from 1 and 2 (C_eff fitted), 2 ranks from 1 and 4: exact
+    for n in (2, 4):
+        assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
+    # 1 rank from 2 and 4 cannot know C_eff: the CPU count is assumed, the miss is said
+    assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
+    assert "effective cores not measured" in str(held.loc[1, "note"])
