@@ -263,9 +263,12 @@ def hosts_table(points: list[PointStragglers]) -> pd.DataFrame:
         for i, (host, local) in enumerate(zip(hosts, cols["local_rank"].tolist(), strict=True)):
             seen.setdefault((host, str(local)), []).append((ps.point_id, i == worst, float(excess_pct[i])))
         if len(set(hosts)) > 1:
-            for host in dict.fromkeys(hosts):  # in order of first appearance
-                excess = float(max(e for h, e in zip(hosts, excess_pct.tolist(), strict=True) if h == host))
-                seen.setdefault((host, ""), []).append((ps.point_id, host == hosts[worst], excess))
+            largest: dict[str, float] = {}  # per host in order of first appearance, its largest excess
+            for h, e in zip(hosts, excess_pct.tolist(), strict=True):  # one pass, not one per host
+                if h not in largest or e > largest[h]:  # as max() keeps the first of equals
+                    largest[h] = e
+            for host, excess in largest.items():
+                seen.setdefault((host, ""), []).append((ps.point_id, host == hosts[worst], float(excess)))
     rows = []
     for (host, local), evidence in seen.items():
         slowest = [(pid, e) for pid, was, e in evidence if was]
