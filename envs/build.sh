@@ -154,7 +154,7 @@ horovod_install() {
 stamp=$env/.hpcbench-build
 inputs=$(
     {
-        cat "$reqs" "$here/lib.sh" "${BASH_SOURCE[0]}"
+        cat "$reqs" "$here/lib.sh" "${BASH_SOURCE[0]}" "$here/build-constraints.txt"
         hb_mpi_id
         printf '%s\n' "$hb_parallel_hdf5" "$hb_hdf5_lib"
         hb_cxx_tag
@@ -167,7 +167,9 @@ else
     rm -f "$stamp" "$env/hpcbench-build.json"
     hb_venv "$env"
     hb_log "installing envs/$name.txt into $env"
-    hb_pip "$py" -r "$reqs"
+    # Source-only packages build in pip's isolated environment with the newest setuptools
+    # unless constrained (envs/build-constraints.txt says why).
+    PIP_CONSTRAINT=$here/build-constraints.txt hb_pip "$py" -r "$reqs"
     horovod_install
     hb_h5py "$py" "$h5py_version"
     # hpcbench from this clone, without installing its dependencies a second time: a link
