@@ -20,6 +20,7 @@ from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
+MPI_LAUNCHERS = ("mpirun", "srun")  # launchers whose ranks find each other through MPI_Init
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,21 @@ class Framework(ABC):
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the distributed backend."""
+
+
+def cpu_mpi_problems(point: Point, name: str, device_why: str) -> Iterable[Problem]:
+    """What a framework that runs on the CPU and exchanges gradients through mpi4py refuses:
+    another device (`device_why` says why), a launcher without MPI, any `extra` setting."""
+    if point.device != "cpu":
+        yield "device", device_why, "cpu"
+    if point.launcher not in MPI_LAUNCHERS:
+        yield (
+            "launcher",
+            f"{name} exchanges gradients over MPI: {point.launcher!r} gives none",
+            ", ".join(MPI_LAUNCHERS),
+        )
+    for key in dict(point.extra):
+        yield "extra", f"{key!r} is not a {name} setting", "none"
 
 
 def checksum(arrays: Iterable[Any]) -> float:

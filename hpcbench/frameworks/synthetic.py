@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.frameworks.base import FRAMEWORKS, Framework, Problem
+from hpcbench.frameworks.base import FRAMEWORKS, MPI_LAUNCHERS, Framework, Problem
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
@@ -41,7 +41,6 @@ SPIN_S = 0.002  # sleep until this close to the deadline, then spin: sleep alone
 SECONDS = tuple(f"{p}_s" for p in PHASES)
 FACTORS = ("rank_scale", "slow_factor")
 COUNTS = ("slow_rank", "comm_bytes", "comm_tensors")
-MPI_LAUNCHERS = ("mpirun", "srun")
 
 
 def hold(seconds: float) -> None:

@@ -38,7 +38,16 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    cpu_mpi_problems,
+    model_for,
+    shard_for,
+)
 from hpcbench.frameworks.caffe import prototxt
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -47,7 +56,6 @@ from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MPI_LAUNCHERS = ("mpirun", "srun")
 OPTIMIZERS = ("sgd", "momentum")
 MOMENTUM = 0.9
 BLOB_NAMES = ("weight", "bias")
@@ -64,10 +72,7 @@ class CaffeFramework(Framework):
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        if point.device != "cpu":
-            yield "device", "the caffe environment's Caffe is a CPU build", "cpu"
-        if point.launcher not in MPI_LAUNCHERS:
-            yield "launcher", f"caffe exchanges gradients over MPI: {point.launcher!r} gives none", "mpirun, srun"
+        yield from cpu_mpi_problems(point, "caffe", "the caffe environment's Caffe is a CPU build")
         if point.optimizer not in OPTIMIZERS:
             yield (
                 "optimizer",
@@ -75,8 +80,6 @@ class CaffeFramework(Framework):
                 "iteration that Caffe's Adam counts)",
                 ", ".join(OPTIMIZERS),
             )
-        for key in dict(point.extra):
-            yield "extra", f"{key!r} is not a caffe setting", "none"
 
     def __init__(self) -> None:
         self._rank, self._size = 0, 1

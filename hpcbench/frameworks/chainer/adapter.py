@@ -32,7 +32,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    MPI_LAUNCHERS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    model_for,
+    shard_for,
+)
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
@@ -41,7 +50,6 @@ from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MPI_LAUNCHERS = ("mpirun", "srun")
 MOMENTUM = 0.9
 MODULES = ("chainer", "chainermn", "mpi4py")
 

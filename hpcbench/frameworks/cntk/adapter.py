@@ -33,7 +33,16 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import HpcbenchError, one_line
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    cpu_mpi_problems,
+    model_for,
+    shard_for,
+)
 from hpcbench.frameworks.cntk import bridge
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -43,7 +52,6 @@ from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MPI_LAUNCHERS = ("mpirun", "srun")
 _PROBE = "import warnings; warnings.simplefilter('ignore'); import cntk; print(cntk.__version__)"
 
 
@@ -58,12 +66,7 @@ class CntkFramework(Framework):
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        if point.device != "cpu":
-            yield "device", "cntk runs on the CPU here (gradients exchanged from host memory)", "cpu"
-        if point.launcher not in MPI_LAUNCHERS:
-            yield "launcher", f"cntk exchanges gradients over MPI: {point.launcher!r} gives none", "mpirun, srun"
-        for key in dict(point.extra):
-            yield "extra", f"{key!r} is not a cntk setting", "none"
+        yield from cpu_mpi_problems(point, "cntk", "cntk runs on the CPU here (gradients exchanged from host memory)")
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:

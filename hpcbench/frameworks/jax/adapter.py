@@ -33,7 +33,16 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    MPI_LAUNCHERS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    model_for,
+    shard_for,
+)
 from hpcbench.frameworks.jax import weights as jax_weights
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -42,7 +51,6 @@ from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 
-MPI_LAUNCHERS = ("mpirun", "srun")
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
 

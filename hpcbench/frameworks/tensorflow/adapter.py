@@ -59,7 +59,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    MPI_LAUNCHERS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    model_for,
+    shard_for,
+)
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
@@ -72,7 +81,6 @@ EXTRA_KEYS = {
     "horovod": ("bytes_per_pack",),
     "ps": ("servers", "sync"),
 }
-MPI_LAUNCHERS = ("mpirun", "srun")
 
 
 def _int_option(point: Point, key: str, default: int, minimum: int) -> int:

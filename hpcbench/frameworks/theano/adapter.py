@@ -29,7 +29,16 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    Evaluation,
+    Framework,
+    Problem,
+    checksum,
+    cpu_mpi_problems,
+    model_for,
+    shard_for,
+)
 from hpcbench.frameworks.jax import weights as zoo_weights
 from hpcbench.frameworks.theano import library
 from hpcbench.rank.collectives import Comm
@@ -39,7 +48,6 @@ from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 
-MPI_LAUNCHERS = ("mpirun", "srun")
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
 
@@ -55,12 +63,9 @@ class TheanoFramework(Framework):
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        if point.device != "cpu":
-            yield "device", "theano runs on the CPU here (gradients exchanged from host memory)", "cpu"
-        if point.launcher not in MPI_LAUNCHERS:
-            yield "launcher", f"theano exchanges gradients over MPI: {point.launcher!r} gives none", "mpirun, srun"
-        for key in dict(point.extra):
-            yield "extra", f"{key!r} is not a theano setting", "none"
+        yield from cpu_mpi_problems(
+            point, "theano", "theano runs on the CPU here (gradients exchanged from host memory)"
+        )
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:
