@@ -13,7 +13,7 @@ from tests.conftest import ROOT, run_module, spec_text
 BAD_SPECS = {
     "unknown field": ("name: x\nfixed: {batch: 3}\n", "fixed.batch: unknown field"),
     "bad value": ("name: x\nmatrix: {ranks_per_node: [1, 0]}\n", "matrix.ranks_per_node[1]: 0 is too small"),
-    "unknown framework": ("name: x\nfixed: {framework: caffe}\n", "fixed.framework: 'caffe' is not known"),
+    "unknown framework": ("name: x\nfixed: {framework: torch7}\n", "fixed.framework: 'torch7' is not known"),
     "unknown backend": ("name: x\nfixed: {backend: horovodx}\n", "fixed.backend: 'horovodx' is not a backend"),
     "nccl on cpu": ("name: x\nfixed: {backend: nccl}\n", "nccl needs device: cuda"),
     "unknown launcher": ("name: x\nfixed: {launcher: srunx}\n", "fixed.launcher: 'srunx' is not known"),
