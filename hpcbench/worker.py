@@ -30,7 +30,7 @@ from hpcbench.rank import linkage, provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
 from hpcbench.rank.failures import describe, write_account
 from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
-from hpcbench.rank.watchdog import Watchdog
+from hpcbench.rank.watchdog import Watchdog, watched
 from hpcbench.store import schema
 from hpcbench.store.status import result_status
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
@@ -250,9 +250,12 @@ class PointRun:
             rec.stop(point.batch_size, loss)
             done = i + 1 - point.warmup
             if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
-                self.evals.run(done // steps, i + 1)
+                with watched(watchdog, f"the test pass after epoch {done // steps} (collective)"):
+                    self.evals.run(done // steps, i + 1)
             if rec.full:
-                self.flush()
+                block = f"the flush of iterations {rec.first}-{i} (a collective {self.writer.kind} write)"
+                with watched(watchdog, block):
+                    self.flush()
             if watchdog is not None:
                 watchdog.beat(i)
         self.ran = stop.finish()  # every rank ran this many: all, or up to the agreed stop

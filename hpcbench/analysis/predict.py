@@ -90,68 +90,90 @@ def _main_op(comm: np.ndarray) -> bytes | None:
     return bytes(ops[int(np.argmax(counts))])
 
 
-Messages = dict[str, np.ndarray]  # point id -> its selected messages, so a big point is selected once
+class Derived:
+    """What calibrations derive from a sweep's points, each once per analysis: the leave-one-
+    scale-out check calibrates every configuration once per scale from the same points (a big
+    point's messages are selected and timed once, not once per calibration)."""
 
+    def __init__(self, stats: pd.DataFrame | None = None) -> None:
+        """`stats` (indexed by point id): the points' phases, for `compute_s`."""
+        self.stats = stats
+        self._compute: dict[str, float] = {}
+        if stats is not None:
+            compute = stats[[f"{name}_s" for name in COMPUTE_PHASES]].sum(axis=1, skipna=False)
+            self._compute = {str(k): float(v) for k, v in compute.items()}
+        self._messages: dict[str, np.ndarray] = {}
+        self._costs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._placements: dict[str, Placement] = {}
 
-def _messages(p: PointData, cache: Messages) -> np.ndarray:
-    """The point's messages of (at most fit.MAX_ITERATIONS) timed iterations."""
-    if p.point_id not in cache:
-        cache[p.point_id] = fit.timed_messages(p.comm, _timed_mask(p.iterations))
-    return cache[p.point_id]
+    def compute_s(self, p: PointData) -> float:
+        """The point's compute phases per sample (s)."""
+        return self._compute[p.point_id] / p.point.batch_size
+
+    def placement(self, p: PointData) -> Placement:
+        if p.point_id not in self._placements:
+            self._placements[p.point_id] = placement_of(p)
+        return self._placements[p.point_id]
+
+    def messages(self, p: PointData) -> np.ndarray:
+        """The point's messages of (at most fit.MAX_ITERATIONS) timed iterations."""
+        if p.point_id not in self._messages:
+            self._messages[p.point_id] = fit.timed_messages(p.comm, _timed_mask(p.iterations))
+        return self._messages[p.point_id]
+
+    def costs(self, p: PointData) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes, seconds) of the point's main collective's messages."""
+        if p.point_id not in self._costs:
+            selected = self.messages(p)
+            op = _main_op(selected)
+            comm = selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]
+            costs = fit.message_costs(comm, None)
+            self._costs[p.point_id] = (costs["bytes"].to_numpy(dtype=float), costs["seconds"].to_numpy(dtype=float))
+        return self._costs[p.point_id]
 
 
 def fit_link_from_points(
-    points: Sequence[PointData], cache: Messages | None = None, cpu: bool = False, cores: float = 0.0
+    points: Sequence[PointData], derived: Derived | None = None, cpu: bool = False, cores: float = 0.0
 ) -> tuple[LinkCost, str]:
     """The ring link α, β from the gradient messages of points with the same rank count (with
     `cpu`, divided by their oversubscription: the link of ranks that each have their cores)."""
-    sizes, times, ranks = [], [], []
-    for p in points:
-        selected = _messages(p, {} if cache is None else cache)
-        op = _main_op(selected)
-        comm = selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]
-        costs = fit.message_costs(comm, None)
-        sizes.append(costs["bytes"].to_numpy(dtype=float))
-        times.append(costs["seconds"].to_numpy(dtype=float))
-        ranks.append(p.iterations.shape[0])
-    if len(set(ranks)) != 1:
-        raise ModelError(f"messages of different rank counts {sorted(set(ranks))} fitted as one")
+    derived = derived or Derived()
+    ranks = {p.iterations.shape[0] for p in points}
+    if len(ranks) != 1:
+        raise ModelError(f"messages of different rank counts {sorted(ranks)} fitted as one")
+    sizes, times = zip(*(derived.costs(p) for p in points), strict=True)
     result = fit.fit_alpha_beta(np.concatenate(sizes), np.concatenate(times))
     names = " ".join(p.point_id for p in points)
-    link = ring_link(result.cost, ranks[0])
-    places = [placement_of(p) for p in points]
+    (n,) = ranks
+    link = ring_link(result.cost, n)
+    places = [derived.placement(p) for p in points]
     oversub = max((replace(w, cores=cores) if cores > 0 else w).oversubscription for w in places) if cpu else 1.0
     if oversub > 1:
         link = LinkCost(link.alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
-    return link, f"messages of {names} (N={ranks[0]}, {result.n} messages{note})"
+    return link, f"messages of {names} (N={n}, {result.n} messages{note})"
 
 
-def _compute_s(stats: pd.DataFrame, p: PointData) -> float:
-    row = stats.loc[p.point_id]
-    return sum(float(row[f"{name}_s"]) for name in COMPUTE_PHASES) / p.point.batch_size
-
-
-def _thread_exponent(order: Sequence[PointData], stats: pd.DataFrame) -> tuple[float, str, str | None]:
+def _thread_exponent(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
     """φ from the base point and the smallest point with other threads; its source and that point."""
     base = order[0]
-    a = placement_of(base)
+    a = derived.placement(base)
     for p in order[1:]:
-        b = placement_of(p)
-        phi = fit_phi(a, b, _compute_s(stats, base), _compute_s(stats, p))
+        b = derived.placement(p)
+        phi = fit_phi(a, b, derived.compute_s(base), derived.compute_s(p))
         if phi is not None:
             return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
     return 0.0, "not measured (no calibration points with other threads): threads assumed not to help", None
 
 
-def _effective_cores(order: Sequence[PointData], stats: pd.DataFrame) -> tuple[float, str, str | None]:
+def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
     """C_eff from the base point, when it runs one thread-load, and the smallest point of more
     ranks per host with its threads; its source and that point."""
     base = order[0]
-    a = placement_of(base)
+    a = derived.placement(base)
     for p in order[1:]:
-        b = placement_of(p)
-        cores = fit_effective_cores(a, b, _compute_s(stats, base), _compute_s(stats, p))
+        b = derived.placement(p)
+        cores = fit_effective_cores(a, b, derived.compute_s(base), derived.compute_s(p))
         if cores is not None:
             source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
             return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", p.point_id
@@ -170,9 +192,12 @@ def _spread(layers: Sequence[Layer], backward: float) -> list[Layer]:
     return [Layer(layer.grad_bytes, backward / len(layers)) for layer in layers]
 
 
-def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> Calibration:
-    """Calibrate one configuration (its points, any scale) from its smallest runs."""
-    cache: Messages = {}
+def calibrate(
+    group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None, derived: Derived | None = None
+) -> Calibration:
+    """Calibrate one configuration (its points, any scale) from its smallest runs; `derived`:
+    what earlier calibrations from the same `stats` derived from the points."""
+    derived = derived if derived is not None and derived.stats is stats else Derived(stats)
     order = sorted(group, key=lambda p: (p.iterations.shape[0], p.point.seed, p.point.batch_size, p.point_id))
     base = order[0]
     row = stats.loc[base.point_id]
@@ -185,11 +210,11 @@ def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
     if with_messages:
         source = with_messages[0]
         timed = _timed_mask(source.iterations)
-        layers = _spread(fit.layers_from_trace(source.iterations, _messages(source, cache), timed, None), backward)
+        layers = _spread(fit.layers_from_trace(source.iterations, derived.messages(source), timed, None), backward)
     else:
         layers = [Layer(0.0, backward)]
     cpu = base.point.device == "cpu"
-    cores, cores_source, cores_point = _effective_cores(order, stats) if cpu else (0.0, "GPU", None)
+    cores, cores_source, cores_point = _effective_cores(order, derived) if cpu else (0.0, "GPU", None)
     calibration |= {cores_point} if cores_point else set()
     comm_source = "commbench" if link is not None else ""
     if link is None:
@@ -197,15 +222,15 @@ def calibrate(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
         if multi:
             smallest = min(p.iterations.shape[0] for p in multi)
             chosen = [p for p in multi if p.iterations.shape[0] == smallest]
-            link, comm_source = fit_link_from_points(chosen, cache, cpu, cores)
+            link, comm_source = fit_link_from_points(chosen, derived, cpu, cores)
             calibration |= {p.point_id for p in chosen}
         else:
             comm_source = "none: no messages recorded between >= 2 ranks, communication not modelled"
-    phi, phi_source, phi_point = _thread_exponent(order, stats) if cpu else (0.0, "GPU: no CPU contention", None)
+    phi, phi_source, phi_point = _thread_exponent(order, derived) if cpu else (0.0, "GPU: no CPU contention", None)
     calibration |= {phi_point} if phi_point else set()
     return Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
-        placement_of(base), phi, phi_source, cpu, cores, cores_source,
+        derived.placement(base), phi, phi_source, cpu, cores, cores_source,
     )  # fmt: skip
 
 
@@ -236,16 +261,17 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
     for p in points:
         groups.setdefault(metrics.scaling_group(p.point), []).append(p)
     rows: list[dict[str, object]] = []
+    derived = Derived(stats)
     for group in groups.values():
         try:
-            cal = calibrate(group, stats, link)
+            cal = calibrate(group, stats, link, derived)
         except ModelError as exc:
             rows += [{"point": p.point_id, "note": f"no prediction: {exc}"} for p in group]
             continue
         for p in group:
             row = stats.loc[p.point_id]
             n, b = int(row["ranks"]), int(row["batch_size"])
-            where = placement_of(p)
+            where = derived.placement(p)
             wfbp = predict_point(cal, n, b, overlap=True, placement=where)
             serial = predict_point(cal, n, b, overlap=False, placement=where)
             single = predict_point(cal, 1, b, overlap=True)

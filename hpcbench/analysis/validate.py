@@ -60,7 +60,9 @@ def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]
     return ""
 
 
-def _held_out_group(group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None) -> list[dict[str, object]]:
+def _held_out_group(
+    group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None, derived: predict.Derived
+) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for scale in sorted({p.iterations.shape[0] for p in group}):
         train = [p for p in group if p.iterations.shape[0] != scale]
@@ -70,10 +72,10 @@ def _held_out_group(group: Sequence[PointData], stats: pd.DataFrame, link: LinkC
                 "point": p.point_id, "framework": p.point.framework, "backend": p.point.backend,
                 "model": p.point.model, "ranks": scale, "batch_size": p.point.batch_size,
             }  # fmt: skip
-            where = placement_of(p)
+            where = derived.placement(p)
             out["oversubscribed"] = where.oversubscribed
             try:
-                cal = predict.calibrate(train, stats, link)
+                cal = predict.calibrate(train, stats, link, derived)
                 pred = predict.predict_point(cal, scale, p.point.batch_size, overlap=True, placement=where)
             except ModelError as exc:
                 rows.append({**out, "note": f"no prediction: {exc}"})
@@ -91,9 +93,10 @@ def held_out(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
     for p in points:
         groups.setdefault(metrics.scaling_group(p.point), []).append(p)
     rows: list[dict[str, object]] = []
+    derived = predict.Derived(stats)  # each configuration is calibrated once per scale
     for group in groups.values():
         if len({p.iterations.shape[0] for p in group}) >= MIN_SCALES:
-            rows += _held_out_group(group, stats, link)
+            rows += _held_out_group(group, stats, link, derived)
     return pd.DataFrame(rows, columns=HELD_OUT_COLUMNS)
 
 

@@ -7,7 +7,8 @@ account, see hpcbench.rank.failures) and aborts the whole job (MPI_Abort, or exi
 torchrun), so the point ends failed with that reason. The account names:
 
 * the message the rank is in (the oldest one begun and not ended: collective, tensor, bytes,
-  iteration), or that it is in none (stuck in compute, data or a flush);
+  iteration); else the collective step outside the exchange it is in (a flush of recorded rows,
+  a test pass: see `during`); else that it is in none (stuck in compute or data);
 * its peers as a probe of each found them (hpcbench.rank.peers): unreachable (a link down, a
   partition), gone (their process ended), or answering with their own last iteration and
   message.
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.failures import write_account
@@ -40,6 +41,7 @@ class Watchdog:
         self._in_flight = in_flight
         self._last = time.monotonic()
         self._iteration = -1
+        self._doing = ""  # the collective step outside the exchange under way ('' when none)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="hpcbench-watchdog", daemon=True)
         self._responder: Responder | None = None
@@ -61,6 +63,16 @@ class Watchdog:
         self._last = time.monotonic()
         self._iteration = iteration
 
+    @contextlib.contextmanager
+    def during(self, step: str) -> Iterator[None]:
+        """Around a collective step between iterations (a flush, a test pass): a stall in it is
+        named as that step (two stores, off the timed phases)."""
+        self._doing = step
+        try:
+            yield
+        finally:
+            self._doing = ""
+
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
@@ -68,17 +80,20 @@ class Watchdog:
             self._responder.close()
 
     def waiting_in(self) -> str:
-        if self._in_flight is None:
-            return ""
-        try:
-            return self._in_flight()
-        except (IndexError, ValueError):  # raced a drain: say nothing rather than fail
-            return ""
+        """'waiting in MESSAGE', 'in STEP' (see `during`) or '' when the rank is in neither."""
+        flight = ""
+        if self._in_flight is not None:
+            with contextlib.suppress(IndexError, ValueError):  # raced a drain: say nothing rather than fail
+                flight = self._in_flight()
+        if flight:
+            return f"waiting in {flight}"
+        doing = self._doing
+        return f"in {doing}" if doing else ""
 
     def state(self) -> str:
         """What this rank is doing, as its answer to a peer's probe."""
         flight = self.waiting_in()
-        return f"last finished iteration {self._iteration}" + (f", in {flight}" if flight else "")
+        return f"last finished iteration {self._iteration}" + (f", {flight}" if flight else "")
 
     def account(self, idle: float) -> str:
         """The stall's account: how long, what in, which peers (probed now, up to PROBE_S)."""
@@ -87,7 +102,7 @@ class Watchdog:
             f"stalled: no iteration finished for {idle:.0f} s (limit {self.timeout_s:g} s, "
             f"last finished iteration {self._iteration}); "
         )
-        what += f"waiting in {flight}" if flight else "in no message (stuck outside the exchange)"
+        what += flight or "in no message (stuck outside the exchange)"
         self.lost_peers = False
         if self._contacts:
             replies = probe(self._contacts, self._comm.rank)
@@ -111,3 +126,8 @@ class Watchdog:
                     return
                 self._comm.abort(EXIT_CODE)
                 return
+
+
+def watched(watchdog: Watchdog | None, step: str) -> contextlib.AbstractContextManager[None]:
+    """`watchdog.during(step)`, or nothing when no watchdog runs."""
+    return watchdog.during(step) if watchdog is not None else contextlib.nullcontext()

@@ -9,6 +9,7 @@ import pty
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,13 +42,15 @@ def test_stopped_points_count_as_finished() -> None:
 
 
 def test_poller_ticks_while_running_and_once_at_the_end() -> None:
-    ticks: list[float] = []
-    with Poller(lambda: ticks.append(time.monotonic()), interval=0.01):
+    ticks: list[str] = []  # the thread of each tick
+    with Poller(lambda: ticks.append(threading.current_thread().name), interval=0.01) as poller:
         deadline = time.monotonic() + 30
         while len(ticks) < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
-        seen = len(ticks)
-    assert seen >= 3 and len(ticks) == seen + 1  # the final tick after the thread stopped
+    assert ticks.count(poller._thread.name) >= 3  # it ticked while running (on its own thread)
+    assert ticks[-1] == threading.current_thread().name  # the final tick, here, once the thread stopped
+    assert ticks.count(threading.current_thread().name) == 1
+    assert not poller._thread.is_alive()
 
 
 def on_a_terminal(argv: list[str], timeout: float = 300) -> str:

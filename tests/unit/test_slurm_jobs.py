@@ -21,6 +21,9 @@ from hpcbench.plan import profiles
 from hpcbench.plan.launch import Launch
 from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import Point
+from hpcbench.store.schema import STATUS_STOPPED
+from hpcbench.sweepdir import manifest as mf
+from hpcbench.sweepdir.manifest import Entry
 
 SWEEP_DIR = Path("/tmp/x")
 FOLDER = Path("/tmp/x/slurm/dry-run/%j")
@@ -454,3 +457,24 @@ def test_job_states_trust_the_queue_right_after_a_requeue() -> None:
     assert slurm.job_states(["NODE_FAIL", "COMPLETED"], None) == ["NODE_FAIL", "COMPLETED"]
     assert slurm.job_states([], "PENDING") == ["PENDING"]
     assert slurm.job_states([], None) == []
+
+
+def test_a_job_gone_from_the_queue_waits_for_sacct_to_record_its_end(tmp_path: Path) -> None:
+    entry = Entry(id="p", label="p", point={}, state=mf.RUNNING, job_id="7", log=str(tmp_path / "7_0_log.out"))
+    started = [slurm.Run("RUNNING", None)]
+    # sacct still says running (or pending) while the queue no longer holds the job: no verdict
+    # yet, and a stopped file is not taken for a requeued run
+    for stale in ("RUNNING", "PENDING", "REQUEUED"):
+        assert slurm._verdict(entry, [slurm.Run(stale, None)], None, STATUS_STOPPED, "signal 15 (SIGTERM)") is None
+    assert slurm._verdict(entry, started, "RUNNING", None) == (mf.RUNNING, "")
+    # once recorded, the ranks' reason is kept (FAILED: the ranks' stop exit code)
+    ended = [slurm.Run("FAILED", None)]
+    assert slurm._verdict(entry, ended, None, STATUS_STOPPED, "signal 15 (SIGTERM)") == (
+        mf.STOPPED,
+        f"signal 15 (SIGTERM); see {entry.log}",
+    )
+    # a real requeue: the queue holds the job pending again, after a recorded run
+    assert slurm._verdict(entry, [slurm.Run("REQUEUED", None)], "PENDING", STATUS_STOPPED) == (
+        mf.QUEUED,
+        "requeued 1x after REQUEUED",
+    )

@@ -312,6 +312,11 @@ def _verdict(
     state, its point file's status and, if stopped, the ranks' reason `why`; None while
     sacct does not know the job yet."""
     *history, state = job_states([r.state for r in records], queued) or [""]
+    if queued is None and state in (*QUEUED_STATES, *RUNNING_STATES):
+        # The queue holds every pending or running job: one it no longer holds has ended, and
+        # sacct's record (slurmdbd is told asynchronously) lags behind its end. Wait for it:
+        # its ranks' stopped file would otherwise be taken for a requeued run.
+        return None
     requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
     if state in FAILED_STATES and status == schema.STATUS_STOPPED:  # the ranks stopped together, rows kept
         reason = f"{STOP_REASONS.get(state) or why or 'stopped'}; see {e.log}"
