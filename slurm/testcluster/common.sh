@@ -120,6 +120,29 @@ our_steps() {
 # Per-cluster directory in /dev/shm for Open MPI's shared-memory files.
 shm_dir() { printf '/dev/shm/hpcbench-slurm-%s\n' "$(printf '%s' "$STATE_DIR" | md5sum | cut -c1-8)"; }
 
+# The state dir of every other test cluster whose controller runs (found by the
+# SLURM_CONF that start.sh gives it: STATE_DIR/etc/slurm.conf), one per line.
+other_clusters() {
+    local own=$1 pid conf
+    for pid in $(pgrep -x slurmctld || true); do
+        conf=$(tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | sed -n 's/^SLURM_CONF=//p' | head -n1)
+        [[ -n $conf && $conf != "$own" ]] || continue
+        dirname -- "$(dirname -- "$conf")"
+    done | sort -u
+}
+
+# hand_over_munge CONF: when another test cluster still runs, give it our record of
+# munged (it reused ours) instead of stopping it under that cluster; true if handed over.
+hand_over_munge() {
+    local other
+    recorded_pid munged >/dev/null || return 1
+    other=$(other_clusters "$1" | head -n1)
+    [[ -n $other && -d $other/pids ]] || return 1
+    [[ -e $other/pids/munged.pid ]] || cp -- "$STATE_DIR/pids/munged.pid" "$other/pids/munged.pid"
+    rm -f -- "$STATE_DIR/pids/munged.pid"
+    log "munged left running for the test cluster of $other (which now stops it)"
+}
+
 # stop_cluster [keep_munge]: stop everything start.sh recorded in $STATE_DIR.
 # Only processes recorded by start.sh (same PID, program name and start time)
 # are signalled, plus the job steps (slurmstepd and their tasks) of our slurmds.
@@ -164,7 +187,9 @@ stop_cluster() {
         terminate_pids 15 "${slurmds[@]}" "${steps[@]}"
     fi
 
-    # 3. Controller, accounting, database, munge - in that order.
+    # 3. Controller, accounting, database, munge - in that order (munge kept for
+    # another test cluster that still runs on it).
+    [[ -n $keep_munge ]] || ! hand_over_munge "$conf" || keep_munge=handed
     for l in slurmctld slurmdbd mariadbd munged; do
         [[ $l == munged && -n $keep_munge ]] && continue
         if pid=$(recorded_pid "$l"); then
