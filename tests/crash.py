@@ -1,5 +1,6 @@
-"""What the kill-at-random tests share: finding a point's rank processes, and checking that a
-crashed point file holds every flushed iteration of every rank."""
+"""What the kill-at-random and soak tests share: finding a point's rank processes, checking that a
+crashed point file holds every flushed iteration of every rank, and that a struck 2-rank file's rows
+are whole (`check_rows`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcbench.store import schema
-from hpcbench.store.reader import read_point
+from hpcbench.store.reader import PointData, read_point
 
 FLUSH_EVERY = 5
 BATCH = 8
@@ -51,4 +52,20 @@ def check_flushed_rows(path: Path, ranks: int) -> int:
         assert (np.diff(it["t_start"], axis=1) > 0).all()
         assert set(data.comm["rank"].tolist()) == set(range(ranks)), "every rank's messages of flushed blocks"
         assert (data.comm["iteration"] < written).all()
+    return written
+
+
+def check_rows(data: PointData, stopped: bool) -> int:
+    """Both ranks' rows, as many on each, all valid, with their messages (a stopped file: every
+    message of every kept iteration). Returns how many."""
+    written = int(data.attrs["iterations_written"])
+    it = data.iterations
+    assert it.shape == (2, written)
+    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
+    assert (it["samples"] == BATCH).all()
+    assert (data.comm["iteration"] < written).all()
+    if stopped:
+        assert np.array_equal(np.bincount(data.comm["rank"], minlength=2), [written, written])
+    elif written:
+        assert set(data.comm["rank"].tolist()) == {0, 1}
     return written

@@ -19,35 +19,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from hpcbench.store import schema
-from hpcbench.store.reader import PointData, read_point
+from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
 from tests.conftest import ROOT, run_module, spec_text
-from tests.crash import BATCH, FLUSH_EVERY, rank_pids
+from tests.crash import BATCH, FLUSH_EVERY, check_rows, rank_pids
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 POINTS = int(os.environ.get("HPCBENCH_SOAK_POINTS", "4"))
 ITERATIONS = 400  # of at least 4 ms each: a point's loop lasts at least 1.6 s
-
-
-def check_rows(data: PointData, stopped: bool) -> int:
-    """Both ranks' rows, as many on each, all valid, with their messages (a stopped file: every
-    message of every kept iteration). Returns how many."""
-    written = int(data.attrs["iterations_written"])
-    it = data.iterations
-    assert it.shape == (2, written)
-    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
-    assert (it["samples"] == BATCH).all()
-    assert (data.comm["iteration"] < written).all()
-    if stopped:
-        assert np.array_equal(np.bincount(data.comm["rank"], minlength=2), [written, written])
-    elif written:
-        assert set(data.comm["rank"].tolist()) == {0, 1}
-    return written
 
 
 def strike(out: Path, until: threading.Event, rng: random.Random, struck: list[tuple[int, str]]) -> None:
