@@ -20,6 +20,7 @@ from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
+from tests.frameworks.cells import check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
 
@@ -53,34 +54,11 @@ def check_cell(data: PointData) -> None:
     model's gradient bytes, one per parameter, inside the iteration's backward..comm window;
     the loss fell (the MLP learnt the task) and the ranks' weights agree."""
     point = data.point
-    assert data.complete
-    it = data.iterations
-    assert it.shape == (point.ranks, ITERATIONS + WARMUP)
-    for phase in TIMED:
-        assert (it[phase] > 0).all(), phase
-    assert (it["h2d"] == 0).all()
-    assert (it["comm_total"] > 0).all()
-    phases = sum(it[p] for p in (*TIMED, "h2d"))
-    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all()
-
-    model = models.model(point.model)
-    grad_bytes = 4 * models.count_parameters(model)
-    comm = data.comm
-    assert set(comm["op"].tolist()) == {b"allreduce"}
-    assert len(set(comm["name"].tolist())) == TENSORS[point.model]
-    for rank in range(point.ranks):
-        for i in range(it.shape[1]):
-            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
-            assert int(mine["bytes"].sum()) == grad_bytes, (rank, i)
-            assert (mine["t_end"] >= mine["t_start"]).all()
-            row = it[rank, i]
-            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
-            comm_ends = backward_begins + row["backward"] + row["comm"]
-            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (rank, i)
-            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (rank, i)
-    ev = data.eval
-    assert sorted(ev["rank"].tolist()) == list(range(point.ranks))
-    assert len(set(ev["param_checksum"].tolist())) == 1, "weights identical on every rank"
+    check_phases(data, ITERATIONS + WARMUP, TIMED, zero=("h2d",))
+    check_messages(data, per_op=TENSORS[point.model])
+    assert len(set(data.comm["name"].tolist())) == TENSORS[point.model]
+    check_weights_agree(data)
+    ev, it = data.eval, data.iterations
     if point.model == "mlp":  # LeNet learns the task too, but needs more than 32 iterations
         accuracy = ev["correct"].sum() / ev["total"].sum()
         assert accuracy > 0.9, accuracy

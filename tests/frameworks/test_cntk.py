@@ -20,6 +20,7 @@ from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
+from tests.frameworks.cells import check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
 
@@ -51,35 +52,12 @@ def check_cell(data: PointData) -> None:
     """Every phase on every rank; per rank and iteration one message per weight tensor,
     together exactly the model's gradient bytes, inside the iteration's backward..comm
     window; the ranks' weights agree and the loss fell."""
-    point = data.point
-    assert data.complete
+    tensors = TENSORS[data.point.model]
+    check_phases(data, ITERATIONS + WARMUP, TIMED, zero=("h2d",))
+    check_messages(data, per_op=tensors)
+    assert len(set(data.comm["name"].tolist())) == tensors
+    check_weights_agree(data)
     it = data.iterations
-    assert it.shape == (point.ranks, ITERATIONS + WARMUP)
-    for phase in TIMED:
-        assert (it[phase] > 0).all(), phase
-    assert (it["h2d"] == 0).all()
-    assert (it["comm_total"] > 0).all()
-    phases = sum(it[p] for p in (*TIMED, "h2d"))
-    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all()
-
-    grad_bytes = 4 * models.count_parameters(models.model(point.model))
-    tensors = TENSORS[point.model]
-    comm = data.comm
-    assert set(comm["op"].tolist()) == {b"allreduce"}
-    assert len(set(comm["name"].tolist())) == tensors
-    for rank in range(point.ranks):
-        for i in range(it.shape[1]):
-            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
-            assert len(mine) == tensors and int(mine["bytes"].sum()) == grad_bytes, (rank, i)
-            assert (mine["t_end"] >= mine["t_start"]).all()
-            row = it[rank, i]
-            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
-            comm_ends = backward_begins + row["backward"] + row["comm"]
-            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (rank, i)
-            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (rank, i)
-    ev = data.eval
-    assert sorted(ev["rank"].tolist()) == list(range(point.ranks))
-    assert len(set(ev["param_checksum"].tolist())) == 1, "weights identical on every rank"
     assert (it["loss"][:, -1] < it["loss"][:, 0]).all()
     prov = data.provenance
     assert prov["cntk"] == "2.7" and prov["cntk_exchange"] == "mpi4py Allreduce per tensor"

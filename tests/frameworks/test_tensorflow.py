@@ -23,6 +23,7 @@ from hpcbench.store.reader import PointData
 from hpcbench.testing.mpi import MPI_ENV
 from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
+from tests.frameworks import cells
 
 pytestmark = pytest.mark.mpi
 
@@ -40,21 +41,11 @@ def spec(backend: str, matrix: dict[str, list[object]] | None = None, **fixed: o
     return spec_text(f"tf-{backend}", matrix or {"backend": [backend]}, **fields)
 
 
-def gradient_bytes(data: PointData) -> int:
-    return 4 * models.count_parameters(models.model(data.point.model))
-
-
 def check_phases(data: PointData) -> None:
     """Every rank wrote every iteration, with every phase of the loop."""
     point = data.point
-    assert data.complete
+    cells.check_phases(data, point.iterations + point.warmup, cells.PHASES)
     it = data.iterations
-    assert it.shape == (point.ranks, point.iterations + point.warmup)
-    for phase in ("data", "h2d", "forward", "backward", "comm", "update"):
-        assert (it[phase] > 0).all(), (point.backend, phase)
-    assert (it["comm_total"] > 0).all()
-    phases = sum(it[p] for p in ("data", "h2d", "forward", "backward", "comm", "update"))
-    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all(), "phases are disjoint parts of the iteration"
     assert np.isfinite(it["loss"]).all()
     assert data.provenance["tensorflow"] == "2.21.0"
     assert data.provenance["keras"].startswith("3.")
@@ -63,20 +54,10 @@ def check_phases(data: PointData) -> None:
 
 def check_messages(data: PointData, ops: tuple[str, ...]) -> None:
     """Per rank, iteration and op, the messages carry exactly the model's gradient bytes,
-    and they lie inside the iteration: after forward, by the end of the comm phase."""
+    and they lie inside the iteration: after forward, by the end of the comm phase; an
+    iteration's comm_total is the sum of its message durations."""
+    cells.check_messages(data, ops)
     comm, it = data.comm, data.iterations
-    assert set(comm["op"].tolist()) == {op.encode() for op in ops}
-    for rank in range(data.point.ranks):
-        for i in range(it.shape[1]):
-            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
-            for op in ops:
-                assert int(mine["bytes"][mine["op"] == op.encode()].sum()) == gradient_bytes(data), (rank, i, op)
-            assert (mine["t_end"] >= mine["t_start"]).all()
-            row = it[rank, i]
-            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
-            comm_ends = backward_begins + row["backward"] + row["comm"]
-            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (rank, i)
-            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (rank, i)
     # comm_total is the sum of the iteration's message durations
     for rank in range(data.point.ranks):
         mine = comm[comm["rank"] == rank]
@@ -93,12 +74,6 @@ def check_learnt(data: PointData) -> float:
     loss = data.iterations["loss"]
     assert loss[:, -5:].mean() < loss[:, :5].mean()
     return accuracy
-
-
-def same_weights(data: PointData) -> None:
-    checksums = data.eval["param_checksum"]
-    assert np.isfinite(checksums).all()
-    assert len(set(checksums.tolist())) == 1, f"weights differ between ranks: {checksums}"
 
 
 # --------------------------------------------------------------------------------------
@@ -130,7 +105,7 @@ def test_multiworker_exchanges_every_gradient_and_ranks_agree(write_spec: Callab
     check_messages(data, ("allreduce",))
     # default packing: the whole gradient in one all-reduce per iteration
     assert set(data.comm["name"].tolist()) == {b"pack0"}
-    same_weights(data)
+    cells.check_weights_agree(data)
     check_learnt(data)
     assert data.provenance["tf_strategy"] == "CollectiveAllReduceStrategy"  # MultiWorkerMirroredStrategy
 
@@ -143,7 +118,7 @@ def test_multiworker_packs_and_a_model_without_classes(write_spec: Callable[...,
     for data in points.values():
         check_phases(data)
         check_messages(data, ("allreduce",))
-        same_weights(data)
+        cells.check_weights_agree(data)
         # several packs per iteration, the last layers' gradients first
         per_iteration = np.bincount(data.comm["iteration"][data.comm["rank"] == 0])
         assert (per_iteration > 1).all(), per_iteration
@@ -161,7 +136,7 @@ def test_horovod_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[.
     check_phases(data)
     check_messages(data, ("allreduce",))
     assert set(data.comm["name"].tolist()) == {b"pack0"}  # one grouped (fused) all-reduce per step
-    same_weights(data)
+    cells.check_weights_agree(data)
     check_learnt(data)
     assert data.provenance["horovod"] == "0.28.1"
 
@@ -218,7 +193,7 @@ def test_parameter_servers_async_and_sync(write_spec: Callable[..., Path], tmp_p
         if sync:
             # one optimizer step per iteration on the servers; every rank then pulled the same version
             assert f"server version {total} (optimizer steps applied)" in log
-            same_weights(data)
+            cells.check_weights_agree(data)
         else:
             # Asynchronous: ranks' copies differ (each pulls whatever version the servers hold),
             # so instead: every push of every rank was applied to the one shared copy.
