@@ -5,14 +5,23 @@ with rank 0's host and a free port agreed over MPI (`rank.net.free_port`, the bo
 communicator's broadcast), the launcher's rank as process id. Every process then sees one
 local and `size` global CPU devices; the exchange's mesh holds them all (`exchange.py`).
 
-The model is a pure function of its weights (`layers.py`, built from the zoo's description
-through `weights.py`); its initial weights come from the point's seed and are broadcast
-from rank 0 over MPI anyway. A step runs three compiled programs and the exchange:
+Every model of the zoo is a pure function of its weights and its BatchNorm state
+(`layers.py`, walking the layer tree `weights.py` gives: Concat, Residual, BatchNorm and
+Dropout included); its initial weights come from the point's seed and are broadcast from
+rank 0 over MPI anyway. A step runs three compiled programs and the exchange:
 
-- forward: `jax.vjp` of the loss, returning the loss and the pull-back (its residuals);
+- forward: `jax.vjp` of the training loss, returning the loss, the pull-back (its
+  residuals) and the BatchNorm running statistics moved towards the batch's (kept for the
+  next step and for evaluation); Dropout's masks come from the point's seed folded with
+  the rank, the iteration and the layer's serial number;
 - backward: the pull-back applied to 1, every gradient as this process's shard (1, *S);
 - comm: the exchange's `pmean` (one per tensor, or one fused: the backend);
 - update: the optimizer (SGD, momentum 0.9, Adam) on the averaged gradients.
+
+The learnt weights (BatchNorm's scale and shift among them) are exchanged, so the messages
+carry 4 bytes per parameter of `zoo.count_parameters`; the BatchNorm running statistics are
+each rank's own, from its own batches: never exchanged, not in the parameter checksum.
+Evaluation runs the model out of training: running statistics, no dropout.
 
 JAX dispatches asynchronously: a phase ends when its results are ready (the step waits for
 them there, before dispatching the next phase, which needs them anyway). Gradients all
@@ -50,6 +59,7 @@ from hpcbench.rank.net import free_port
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
@@ -60,7 +70,7 @@ class JaxFramework(Framework):
     name = "jax"
     requires = ("jax",)
     backends = ("pmean", "pmean_fused")
-    models = jax_weights.SUPPORTED
+    models = zoo.NAMES
     datasets = data.NAMES
 
     @classmethod
@@ -79,6 +89,7 @@ class JaxFramework(Framework):
         self._coordinator = ""
         self._mpi: Any = None
         self._backend = ""
+        self._iteration = 0
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         if comm is None or comm.mpi_comm is None:
@@ -121,25 +132,37 @@ class JaxFramework(Framework):
         for _, w in named:
             self._mpi.Bcast(w, root=0)  # the same weights everywhere, whatever the seed did
         self._names = [n for n, _ in named]
-        self.weights: list[Any] = [jax.device_put(w) for _, w in named]
+        # Committed to this process's device from the start, as every program's outputs are:
+        # an uncommitted first input would compile every program a second time at step 2.
+        device = self._device = jax.local_devices()[0]
+        self.weights: list[Any] = [jax.device_put(w, device) for _, w in named]
+        # BatchNorm's running statistics: this rank's own, never exchanged.
+        self.bn_state: list[Any] = [jax.device_put(s, device) for _, s in jax_weights.state(model)]
         self._exchange = PmeanExchange(point.backend == "pmean_fused", self._names, [w.shape for _, w in named])
-        task = model.task
+        task, seed, rank = model.task, point.seed, self._rank
 
-        def loss(w: Any, x: Any, y: Any) -> Any:
-            return layers.loss(steps, task, w, x, y)
+        def forward(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
+            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), rank), iteration)
 
-        def forward(w: Any, x: Any, y: Any) -> Any:
-            return jax.vjp(lambda w: loss(w, x, y), w)
+            def train_loss(w: Any) -> Any:
+                return layers.loss(steps, task, w, state, x, y, True, key)
+
+            loss, pullback, new_state = jax.vjp(train_loss, w, has_aux=True)
+            return loss, pullback, new_state
 
         def backward(pullback: Any) -> Any:
             (grads,) = pullback(jnp.ones((), jnp.float32))
             return [g[None] for g in grads]
 
+        def evaluate(w: Any, state: Any, x: Any, y: Any) -> Any:
+            out, _ = layers.apply(steps, w, state, x)
+            return layers.criterion(task, out, x, y), out
+
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward)
-        self._update, self._state = _optimizer(point.optimizer, point.lr, self.weights)
-        self._predict = jax.jit(lambda w, x: layers.apply(steps, w, x))
-        self._loss = jax.jit(loss)
+        self._update, state = _optimizer(point.optimizer, point.lr, self.weights)
+        self._state = jax.device_put(state, device)
+        self._evaluate = jax.jit(evaluate)
         shard = self._shard = shard_for(point, model, self._rank, self._size)
         self._batches = data.Batches(
             shard.train, point.batch_size, point.seed, self._rank, point.dataset != "synthetic"
@@ -154,12 +177,13 @@ class JaxFramework(Framework):
 
         x, y = self._batches.next()
         rec.mark(Phase.DATA)
-        xd, yd = jax.device_put(x), jax.device_put(y)
+        xd, yd = jax.device_put(x, self._device), jax.device_put(y, self._device)
         jax.block_until_ready((xd, yd))
         rec.mark(Phase.H2D)
-        loss, pullback = self._forward(self.weights, xd, yd)
-        loss.block_until_ready()
+        loss, pullback, bn_state = self._forward(self.weights, self.bn_state, xd, yd, self._iteration)
+        jax.block_until_ready((loss, bn_state))
         rec.mark(Phase.FORWARD)
+        self.bn_state, self._iteration = bn_state, self._iteration + 1
         grads = self._backward(pullback)
         jax.block_until_ready(grads)
         rec.mark(Phase.BACKWARD)
@@ -174,14 +198,16 @@ class JaxFramework(Framework):
         correct = total = 0
         loss_sum = 0.0
         for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            loss_sum += float(self._loss(self.weights, x, y)) * len(y)
+            loss, out = self._evaluate(self.weights, self.bn_state, x, y)
+            loss_sum += float(loss) * len(y)
             if self._model.classes:
-                out = np.asarray(self._predict(self.weights, x))
+                out = np.asarray(out)
                 correct += int((out.argmax(axis=1) == y).sum())
                 total += len(y)
         return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
 
     def parameter_checksum(self) -> float:
+        """The learnt weights' checksum (not the BatchNorm running statistics: each rank's own)."""
         return checksum(np.asarray(w) for w in self.weights)
 
     def versions(self) -> dict[str, str]:
