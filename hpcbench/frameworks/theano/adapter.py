@@ -2,22 +2,29 @@
 
 One adapter for both: Theano where it imports (the `legacy` environment), else PyTensor,
 its maintained successor (`modern`); `library.py` sets each one's flags before importing it
-and the provenance names the one used (`theano_library`). The model is built from the
-zoo's description (`layers.py`, on the weights of `hpcbench.frameworks.jax.weights`: He-normal
-from the point's seed, broadcast from rank 0). Four compiled functions make a step:
+and the provenance names the one used (`theano_library`). Every zoo model is built from the
+zoo's description (`layers.py`: the layer tree and the weights of
+`hpcbench.frameworks.jax.weights`, He-normal from the point's seed, broadcast from rank 0;
+BatchNorms' running statistics as shared variables of their own, neither learnt nor
+exchanged). Four compiled functions make a step:
 
-- forward: (x, y) -> the loss and every layer's output;
-- backward: those outputs -> every weight's gradient, layer by layer from the saved
-  outputs (no second forward pass);
+- forward: (x, y) -> the loss and every tensor backward needs (each leaf layer's output,
+  each Concat's and Residual's, each Dropout's mask); BatchNorms normalise with the batch's
+  statistics and update their running ones, Dropout masks are drawn anew per call from
+  streams seeded with the point's seed and the rank;
+- backward: those tensors -> every weight's gradient, leaf by leaf from the saved tensors
+  (no second forward pass);
 - comm: one `Allreduce(IN_PLACE)` (sum) per gradient through mpi4py, last layer first, each
   timed as a message (`allreduce`, the weight's name), then divided by the ranks;
 - update: a compiled optimizer step (SGD, momentum 0.9, Adam) on shared variables.
 
-Inputs are numpy arrays handed to the compiled functions (no `h2d` phase: 0 s). All
-gradients come out of one backward function, so backward and communication do not
-overlap. The first compile of a model takes 15-20 s per function (PyTensor's Numba linker compiles
-on the first call: `build` calls forward and backward once); compiled graphs are cached
-per environment (`library.py`), so later runs start in seconds.
+Evaluation compiles a fifth function (running statistics, no dropout). Inputs are numpy
+arrays handed to the compiled functions (no `h2d` phase: 0 s). All gradients come out of
+one backward function, so backward and communication do not overlap. The first compile of
+a model takes from 15-20 s per function (the plain models) to minutes (ResNet-50, Inception
+v3; PyTensor's Numba linker compiles on the first call: `build` calls forward and backward
+once); compiled graphs are cached per environment (`library.py`), so later runs start
+sooner.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from hpcbench.registry import import_error
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
+from hpcbench.workloads import zoo
 
 MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
@@ -57,7 +65,7 @@ class TheanoFramework(Framework):
     name = "theano"
     requires = ()  # Theano or PyTensor, whichever imports: see `unavailable`
     backends = ("mpi",)
-    models = zoo_weights.SUPPORTED
+    models = zoo.NAMES
     datasets = data.NAMES
 
     @classmethod
@@ -103,20 +111,22 @@ class TheanoFramework(Framework):
         self._names = [n for n, _ in named]
         self.weights = [lib.module.shared(w, name=n) for n, w in named]
 
+        self.state = [lib.module.shared(v, name=n) for n, v in zoo_weights.state(model)]
+
         x, y = T.tensor4("x", dtype="float32"), T.lvector("y")
-        outs = layers.forward(lib, steps, self.weights, x)
-        cost = layers.loss(lib, model.task, outs[-1], x, y)
-        self._forward = lib.module.function([x, y], [cost, *outs])
-        saved = [o.type() for o in outs]  # the forward's outputs, given back to backward
-        out_cost = layers.loss(lib, model.task, saved[-1], x, y)
-        last = lib.module.grad(out_cost, saved[-1])
-        grads = layers.backward(lib, steps, self.weights, [x, *saved[:-1]], last)
+        # Dropout masks differ per rank (each trains on samples of its own) and per call.
+        train = layers.forward(lib, steps, self.weights, x, self.state, seed=point.seed * 1_000_003 + self._rank)
+        cost = layers.loss(lib, model.task, train.output, x, y)
+        self._forward = lib.module.function([x, y], [cost, *train.saved], updates=train.updates)
+        saved = [o.type() for o in train.saved]  # the forward's saved tensors, given back to backward
+        last = lib.module.grad(layers.loss(lib, model.task, saved[-1], x, y), saved[-1])
+        grads = layers.backward(lib, steps, self.weights, x, saved, last)
         self._backward = lib.module.function([x, *saved, y], grads, on_unused_input="ignore")
         averaged = [w.type() for w in self.weights]
         updates = _updates(lib, point.optimizer, point.lr, self.weights, averaged)
         self._update = lib.module.function(averaged, [], updates=updates)
-        self._predict = lib.module.function([x], outs[-1])
-        self._loss = lib.module.function([x, y], cost)
+        evaluation = layers.forward(lib, steps, self.weights, x, self.state, train=False).output
+        self._evaluate = lib.module.function([x, y], [layers.loss(lib, model.task, evaluation, x, y), evaluation])
 
         shard = self._shard = shard_for(point, model, self._rank, self._size)
         shuffle = point.dataset != "synthetic"
@@ -124,10 +134,14 @@ class TheanoFramework(Framework):
         self._eval_batch = point.batch_size
         # PyTensor's Numba linker compiles a function on its first call (a minute for a
         # backward graph on a busy machine): call forward and backward once here, outside the
-        # timed loop, on the first batch's shape (the weights are not updated).
+        # timed loop, on the first batch's shape (the weights are not updated, the BatchNorms'
+        # running statistics are put back).
         x0, y0 = shard.train.x[: point.batch_size], shard.train.y[: point.batch_size]
+        before = [s.get_value() for s in self.state]
         _, *outs0 = self._forward(x0, y0)
         self._backward(x0, *outs0, y0)
+        for i, value in enumerate(before):
+            self.state[i].set_value(value)
 
     def steps_per_epoch(self) -> int:
         return self._batches.steps_per_epoch
@@ -169,9 +183,10 @@ class TheanoFramework(Framework):
         correct = total = 0
         loss_sum = 0.0
         for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            loss_sum += float(self._loss(x, y)) * len(y)
+            loss, out = self._evaluate(x, y)
+            loss_sum += float(loss) * len(y)
             if self._model.classes:
-                correct += int((np.asarray(self._predict(x)).argmax(axis=1) == y).sum())
+                correct += int((np.asarray(out).argmax(axis=1) == y).sum())
                 total += len(y)
         return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
 

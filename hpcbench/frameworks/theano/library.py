@@ -64,6 +64,21 @@ class Library:
         nnet = getattr(self.tensor, "nnet", None)
         return nnet if nnet is not None and hasattr(nnet, "conv2d") else None
 
+    def uniform(self, seed: int, shape: Any) -> tuple[Any, list[tuple[Any, Any]]]:
+        """Uniform float32 samples in [0, 1) of (symbolic) `shape` from a random stream of
+        its own seeded with `seed`, drawn anew at every call of the function that computes
+        them, and the updates that advance the stream: Theano's MRG streams
+        (`theano.sandbox.rng_mrg`, C code) advance themselves (`default_update`, no update
+        to give); PyTensor's shared generator (`pytensor.tensor.random.shared_rng`) needs its
+        update in the function."""
+        if self.name == "theano":
+            rng_mrg = importlib.import_module("theano.sandbox.rng_mrg")
+            return rng_mrg.MRG_RandomStreams(seed).uniform(size=shape, dtype="float32"), []
+        random = importlib.import_module("pytensor.tensor.random")
+        rng = random.shared_rng(seed=seed, name=f"rng{seed}")
+        following, sample = rng.uniform(0.0, 1.0, size=shape, dtype="float32")
+        return sample, [(rng, following)]
+
     def flags(self) -> dict[str, str]:
         out = {f"{self.name}_flags": os.environ.get(f"{self.name.upper()}_FLAGS", "")}
         config = self.module.config
