@@ -21,10 +21,13 @@ exchanged). Four compiled functions make a step:
 Evaluation compiles a fifth function (running statistics, no dropout). Inputs are numpy
 arrays handed to the compiled functions (no `h2d` phase: 0 s). All gradients come out of
 one backward function, so backward and communication do not overlap. The first compile of
-a model takes from 15-20 s per function (the plain models) to minutes (ResNet-50, Inception
-v3; PyTensor's Numba linker compiles on the first call: `build` calls forward and backward
-once); compiled graphs are cached per environment (`library.py`), so later runs start
-sooner.
+a model takes 15-20 s per function for the plain models, half a minute for AlexNet's and
+about 6 minutes for ResNet-50's in Theano on a busy 2-core machine; compiled graphs are
+cached per environment (`library.py`), so later runs start sooner. PyTensor's Numba linker
+compiles on the first call (`build` calls forward and backward once): AlexNet's in about
+2 minutes, but ResNet-50's took over 20, so PyTensor refuses GoogLeNet, ResNet-50 and
+Inception v3 (`PYTENSOR_TOO_SLOW`: at planning for the `modern` environment, else in
+`build`).
 """
 
 from __future__ import annotations
@@ -57,6 +60,13 @@ from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 MOMENTUM = 0.9
+_SLOW = (
+    "PyTensor's Numba linker compiles it for more than 20 minutes on first use (ResNet-50 on "
+    "a 2-core machine: 7 minutes of graph rewrites, then over 12 minutes of Numba for the "
+    "forward function alone); Theano (the legacy environment) compiles it in about 6"
+)
+PYTENSOR_TOO_SLOW = {"googlenet": _SLOW, "resnet50": _SLOW, "inception_v3": _SLOW}
+PYTENSOR_MODELS = tuple(name for name in zoo.NAMES if name not in PYTENSOR_TOO_SLOW)
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
 
 
@@ -74,6 +84,12 @@ class TheanoFramework(Framework):
         yield from cpu_mpi_problems(
             point, "theano", "theano runs on the CPU here (gradients exchanged from host memory)"
         )
+        if point.model in PYTENSOR_TOO_SLOW and _library_of(point) == "pytensor":
+            yield (
+                "model",
+                PYTENSOR_TOO_SLOW[point.model],
+                f"env legacy (Theano); with PyTensor: {', '.join(PYTENSOR_MODELS)}",
+            )
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:
@@ -103,6 +119,8 @@ class TheanoFramework(Framework):
         from hpcbench.frameworks.theano import layers
 
         lib, T = self.lib, self.lib.tensor
+        if lib.name == "pytensor" and point.model in PYTENSOR_TOO_SLOW:  # an environment planning could not tell
+            raise HpcbenchError(f"theano (PyTensor) does not build {point.model}: {PYTENSOR_TOO_SLOW[point.model]}")
         model = self._model = model_for(point)
         steps = zoo_weights.steps(model)
         named = zoo_weights.initial(model, point.seed)
@@ -196,6 +214,14 @@ class TheanoFramework(Framework):
     def versions(self) -> dict[str, str]:
         lib = self.lib
         return {"theano_library": lib.name, lib.name: lib.version, **lib.flags()}
+
+
+def _library_of(point: Point) -> str | None:
+    """The library a point's ranks import, where planning can tell: Theano in the `legacy`
+    environment, PyTensor in `modern`; without an environment, this interpreter's."""
+    if point.env is None:
+        return library.available()
+    return {"legacy": "theano", "modern": "pytensor"}.get(point.env)
 
 
 def _updates(lib: library.Library, kind: str, lr: float, weights: list[Any], grads: list[Any]) -> list[Any]:
