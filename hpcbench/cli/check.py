@@ -28,6 +28,16 @@ def _gather(error: str) -> str:
     return f"no (gather writer): {error}"
 
 
+def _refused(refused: dict[str, str], notes: list[str]) -> str:
+    """'all but A, B [n]; C [m]': the zoo's models a framework refuses here, by reason."""
+    by_reason: dict[str, list[str]] = {}
+    for model, why in refused.items():
+        by_reason.setdefault(why, []).append(model)
+    return "all but " + "; ".join(
+        f"{', '.join(models)} {_status(why, notes).removeprefix('no ')}" for why, models in by_reason.items()
+    )
+
+
 def render(report: Report, indent: str = "  ") -> str:
     """The report as text: a framework x backend x launcher table, then the other items."""
     notes: list[str] = []
@@ -39,7 +49,8 @@ def render(report: Report, indent: str = "  ") -> str:
             row = [fw, backend, _status(error, notes)]
             row += [_status(cells.get((fw, backend, la), "not probed"), notes) for la in launchers]
             rows.append(tuple(row))
-    extra = [(f"import {m}", _works(item["error"], item["detail"])) for m, item in report["libraries"].items()]
+    extra = [(f"models {fw}", _refused(refused, notes)) for fw, refused in sorted(report["models"].items())]
+    extra += [(f"import {m}", _works(item["error"], item["detail"])) for m, item in report["libraries"].items()]
     extra += [(f"launcher {la}", _works(report["launchers"][la])) for la in launchers]
     extra += [(f"module {name}", f"no: does not import: {error}") for name, error in report["broken_modules"].items()]
     hdf5 = report["hdf5"]

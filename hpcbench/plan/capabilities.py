@@ -29,11 +29,15 @@ from contextlib import contextmanager
 from functools import partial
 from importlib import metadata
 from pathlib import Path
-from typing import TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from hpcbench.errors import HpcbenchError, one_line
+from hpcbench.workloads import zoo
 
-REPORT_VERSION = 2  # 2: the build item
+if TYPE_CHECKING:
+    from hpcbench.frameworks.base import Framework
+
+REPORT_VERSION = 3  # 2: the build item; 3: the models each framework refuses
 MAX_REASON = 300  # characters of a reason kept (import errors can be long)
 # Distributions whose versions are reported (read from metadata: nothing is imported).
 DISTRIBUTIONS = ("numpy", "torch", "tensorflow-cpu", "tensorflow", "keras", "mxnet", "horovod", "h5py", "mpi4py", "jax",
@@ -65,6 +69,7 @@ class Report(TypedDict):
     frameworks: dict[str, dict[str, str | None]]  # framework -> backend -> error
     launchers: dict[str, str | None]  # launcher -> error
     cells: list[Cell]
+    models: dict[str, dict[str, str]]  # framework that imports -> zoo model it refuses here -> why
     libraries: dict[str, Item]  # module -> import result (version, or Horovod's controllers)
     hdf5: Item  # error: why point files are written by the gather writer
     build: Item  # the loaded MPI and HDF5 against the environment's build record
@@ -192,6 +197,19 @@ def _stdout_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def refused_models(framework: type[Framework], backend: str, device: str) -> dict[str, str]:
+    """The zoo's models that `framework` refuses in this interpreter, each with the reason."""
+    from hpcbench.spec import Point
+
+    refused = {}
+    for name in zoo.NAMES:
+        point = Point(framework=framework.name, backend=backend, model=name, device=device)
+        why = [what for field, what, _ in framework.check_point(point) if field == "model"]
+        if why:
+            refused[name] = why[0]
+    return refused
+
+
 def probe() -> Report:
     """Probe this interpreter (imports every framework it has)."""
     from hpcbench.frameworks import FRAMEWORKS
@@ -224,6 +242,13 @@ def probe() -> Report:
                     error = "; ".join(message for _, message, _ in problems)
                 error = error or launchers[la.name]
                 cells.append({"framework": fw.name, "backend": backend, "launcher": la.name, "error": error})
+    models: dict[str, dict[str, str]] = {}
+    for fw in FRAMEWORKS:
+        working = [backend for backend, error in frameworks[fw.name].items() if error is None]
+        if working and set(fw.models) & set(zoo.NAMES):  # a framework of the zoo's models that imports here
+            refused = refused_models(fw, working[0], device)
+            if refused:
+                models[fw.name] = refused
     broken = {f"frameworks.{k}": v for k, v in FRAMEWORKS.broken.items()}
     broken.update({f"launchers.{k}": v for k, v in LAUNCHERS.broken.items()})
     return {
@@ -235,6 +260,7 @@ def probe() -> Report:
         "frameworks": frameworks,
         "launchers": launchers,
         "cells": cells,
+        "models": models,
         "libraries": {m: _guarded(partial(library, m)) for m in LIBRARIES if _installed(m)},
         "hdf5": _guarded(hdf5),
         "build": _guarded(build),

@@ -27,7 +27,8 @@ def table(lines: list[str]) -> dict[tuple[str, str], dict[str, str]]:
     rows = {}
     for line in lines[2:]:
         words = line.split()
-        if len(words) < len(header) or words[0] in ("import", "launcher", "module") or words[0].startswith("["):
+        items = ("import", "launcher", "module", "models")  # the lines after the table
+        if len(words) < len(header) or words[0] in items or words[0].startswith("["):
             continue
         cells = [w for w in words[2:] if w != "no"]  # "no [1]" -> "[1]"
         if len(cells) == len(header) - 2:
@@ -76,6 +77,11 @@ def test_modern_has_torch_tensorflow_and_horovod(modern: Path, report: dict[str,
     cells = table(lines)
     assert cells[("torch", "horovod")]["imports"] == "works"
     assert cells[("torch", "horovod")]["mpirun"] == "works"
+    # PyTensor (Theano's successor, here) refuses the models its linker compiles for too long, and says why
+    refused = item(lines, "models theano")
+    assert refused.startswith("all but googlenet, resnet50, inception_v3 ["), refused
+    note = refused.rsplit("[", 1)[1].rstrip("]")
+    assert any(line.strip().startswith(f"[{note}] PyTensor's Numba linker") for line in lines), lines
     if "tensorflow" in FRAMEWORKS.names():
         for (framework, _), row in cells.items():
             if framework == "tensorflow":
