@@ -37,14 +37,19 @@ def table(a: Analysis) -> pd.DataFrame:
     frame["architecture"] = frame["backend"].map(ARCHITECTURE).fillna("")
     frame["mode"] = [_mode(b, e) for b, e in zip(frame["backend"], frame["extra"], strict=True)]
     frame["t_iter (ms)"] = frame["t_iter_s"] * 1e3
-    frame["comm share (%)"] = frame["comm_share"] * 100
+    # shares of wall time (a message in flight, then after backward), and the summed message time apart
+    frame["comm in flight (%)"] = frame["comm_union_share"] * 100
+    frame["comm exposed (%)"] = frame["comm_exposed_share"] * 100
+    frame["comm summed (%)"] = frame["comm_share"] * 100
     frame["efficiency (%)"] = frame["efficiency"] * 100
     sync = frame[frame["mode"] == "sync"].groupby("ranks")["throughput"].max()
     frame["slower than best sync (x)"] = frame["ranks"].map(sync) / frame["throughput"]
     frame = frame.sort_values(["ranks", "architecture", "mode", "framework"])
     return study.columns(frame, {
         "framework": "framework", "backend": "backend", "architecture": "architecture", "mode": "mode",
-        "ranks": "N", "throughput": "samples/s", "t_iter (ms)": "t_iter (ms)", "comm share (%)": "comm share (%)",
+        "ranks": "N", "throughput": "samples/s", "t_iter (ms)": "t_iter (ms)",
+        "comm in flight (%)": "comm in flight (%)", "comm exposed (%)": "comm exposed (%)",
+        "comm summed (%)": "comm summed (%)",
         "efficiency (%)": "efficiency (%)", "slower than best sync (x)": "slower than best sync (x)",
     })  # fmt: skip
 

@@ -35,7 +35,8 @@ PROG = "hpcbench.analyze"
 
 _IDENT = [("point", "point"), ("framework", "framework"), ("backend", "backend"), ("model", "model"),
           ("nodes", "nodes"), ("ranks_per_node", "ranks/node"), ("batch_size", "batch")]  # fmt: skip
-_METRICS = ("t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_share")
+# communication as shares of wall time: while any message was in flight, and after backward ended
+_METRICS = ("t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_union_share", "comm_exposed_share")
 
 
 def format_table(table: pd.DataFrame) -> str:

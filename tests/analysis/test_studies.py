@@ -19,7 +19,7 @@ STUDIES = {
     "seed001_lif.py": ["network", "LIF", "LIF excess (%)", "model t_iter (ms)"],
     "seed002_hyper.py": ["Training Time (s)", "Testing Time (s)", "Accuracy (%)", "CPU user", "CPU system",
                          "CPU iowait", "CPU total", "Memory AVG (MiB)", "Memory MAX (MiB)"],
-    "seed003_ps.py": ["architecture", "mode", "samples/s", "comm share (%)"],
+    "seed003_ps.py": ["architecture", "mode", "samples/s", "comm in flight (%)", "comm exposed (%)", "comm summed (%)"],
     "seed004_horovod.py": ["model", "batch", "images/s, N=1", "images/s, N=2"],
 }  # fmt: skip
 
