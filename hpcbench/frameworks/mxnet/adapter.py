@@ -268,6 +268,10 @@ class MXNetFramework(Framework):
         import mxnet as mx
 
         mx.nd.waitall()
+        if self._roles is not None:
+            # Before the store closes: the servers leave once it has, and the guard, polling
+            # meanwhile, would take that for a server lost during training.
+            self._roles.leaving()
         if self._kv is not None:
             # Closing the store is a barrier of all workers, servers and scheduler; then the
             # servers and the scheduler leave by themselves. (The exchange holds it too.)

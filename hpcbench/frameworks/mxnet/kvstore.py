@@ -129,7 +129,13 @@ class Roles:
         print(f"hpcbench.mxnet: rank {self._comm.rank}: {why}", file=sys.stderr, flush=True)
         self._comm.abort(1)
 
+    def leaving(self) -> None:
+        """From now on the roles may leave (the workers are about to close the store): the
+        guard stops taking their exit for a failure."""
+        self._stopping.set()
+
     def stop(self) -> None:
+        """Wait for the roles to leave (after the store is closed); kill one that does not."""
         self._stopping.set()
         for role, proc in self.procs:
             try:
