@@ -23,6 +23,7 @@ from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
+from tests.frameworks.cells import check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
 
@@ -58,37 +59,14 @@ def check_cell(data: PointData, iterations: int = ITERATIONS + WARMUP, learns: b
     together exactly the model's gradient bytes, inside the iteration's backward..comm
     window; the ranks' weights agree and the loss is finite; with `learns`, the task was
     learnt (accuracy, falling loss)."""
-    point = data.point
-    assert data.complete
+    check_phases(data, iterations, TIMED, zero=("h2d",))
     it = data.iterations
-    assert it.shape == (point.ranks, iterations)
-    for phase in TIMED:
-        assert (it[phase] > 0).all(), phase
-    assert (it["h2d"] == 0).all()
-    assert (it["comm_total"] > 0).all()
-    phases = sum(it[p] for p in (*TIMED, "h2d"))
-    assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all()
     assert np.isfinite(it["loss"]).all()
-
-    model = models.model(point.model)
-    grad_bytes = 4 * models.count_parameters(model)
-    tensors = len(weights.initial(model, 0))  # BatchNorm: scale and shift, not its running statistics
-    comm = data.comm
-    assert set(comm["op"].tolist()) == {b"allreduce"}
-    assert len(set(comm["name"].tolist())) == tensors
-    for rank in range(point.ranks):
-        for i in range(it.shape[1]):
-            mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
-            assert len(mine) == tensors and int(mine["bytes"].sum()) == grad_bytes, (rank, i)
-            assert (mine["t_end"] >= mine["t_start"]).all()
-            row = it[rank, i]
-            backward_begins = row["t_start"] + row["data"] + row["h2d"] + row["forward"]
-            comm_ends = backward_begins + row["backward"] + row["comm"]
-            assert (mine["t_start"] >= backward_begins - 1e-6).all(), (rank, i)
-            assert (mine["t_end"] <= comm_ends + 1e-6).all(), (rank, i)
+    tensors = len(weights.initial(models.model(data.point.model), 0))  # BatchNorm: scale and shift, not its statistics
+    check_messages(data, per_op=tensors)
+    assert len(set(data.comm["name"].tolist())) == tensors
+    check_weights_agree(data)
     ev = data.eval
-    assert sorted(ev["rank"].tolist()) == list(range(point.ranks))
-    assert len(set(ev["param_checksum"].tolist())) == 1, "weights identical on every rank"
     assert np.isfinite(ev["loss"]).all()
     if learns:
         accuracy = ev["correct"].sum() / ev["total"].sum()
