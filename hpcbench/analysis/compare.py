@@ -6,7 +6,7 @@ hpcbench/cli/compare.py renders a `Comparison`.
   (`IGNORED_FIELDS`, plus any the caller names). Within one sweep, the points of one
   configuration are its repeats (usually they differ only in `seed`).
 - The value of a configuration is the mean over its repeats of the per-point metric (t_iter:
-  median over timed iterations of the slowest rank's step time; throughput: ranks x batch / t_iter).
+  median over timed iterations of the ranks' mean step time; throughput: ranks x batch / t_iter).
 - The 95 % interval of the ratio new / baseline is a hierarchical percentile bootstrap: in each
   of `N_BOOT` replicates, each sweep's repeats are drawn with replacement, and each drawn
   repeat's timed step times are drawn with replacement; the replicate's ratio is the ratio of
@@ -79,7 +79,7 @@ def metric_named(name: str) -> Metric:
 
 @dataclass(frozen=True)
 class Run:
-    """One repeat of a configuration: its timed step times (the slowest rank's, per iteration)."""
+    """One repeat of a configuration: its timed step times (the ranks' mean, per iteration)."""
 
     point_id: str
     steps: np.ndarray

@@ -27,13 +27,19 @@ def timed(iterations: np.ndarray) -> np.ndarray:
 
 
 def step_times(iterations: np.ndarray) -> np.ndarray:
-    """Per timed iteration, the slowest rank's t_end - t_start: shape (n_timed,)."""
+    """Per timed iteration, the ranks' mean t_end - t_start: shape (n_timed,).
+
+    Each rank's iterations follow one another, so its times add up to its wall time and the
+    mean over ranks is the step's period however far the ranks' iterations are offset from
+    one another. (The slowest rank's time of each iteration is not: when time-shared ranks
+    start and end their iterations milliseconds apart, each iteration's maximum picks a
+    different rank's longest window, and their sum exceeds the wall time.)"""
     t = timed(iterations)
-    return np.asarray((t["t_end"] - t["t_start"]).max(axis=0))
+    return np.asarray((t["t_end"] - t["t_start"]).mean(axis=0))
 
 
 def t_iter(iterations: np.ndarray) -> float:
-    """Median over timed iterations of the max over ranks of the iteration time (seconds)."""
+    """Median over timed iterations of the ranks' mean iteration time (seconds)."""
     times = step_times(iterations)
     return float(np.median(times)) if times.size else float("nan")
 

@@ -149,7 +149,7 @@ def sections(analysis: Analysis) -> list[Section]:
     stats = analysis.stats
     has_accuracy = "evaluations" in stats and bool((stats["evaluations"] > 0).any())
     out = [
-        Section("Scaling", SCALING, stats, "t_iter: median over timed iterations of the slowest rank's time. "
+        Section("Scaling", SCALING, stats, "t_iter: median over timed iterations of the ranks' mean iteration time. "
                 "Efficiency is weak (same per-rank batch) or strong (same global batch) as labelled."),
         Section("Phases", PHASE_TABLE, stats, "Mean seconds per iteration over ranks and timed iterations."),
         Section("Training time, testing time, accuracy, CPU and memory", SEED002, stats,
