@@ -27,6 +27,13 @@ C_eff = k_b·t / (compute_b / compute_a), clipped to [1, C] (`fit_effective_core
 slowdown under 5 % is no contention seen, and C stands. Where no such pair was measured,
 C_eff = C and the prediction says so: compute measured with several ranks per host cannot
 tell how fast one rank alone would be.
+
+On CPU the collectives are driven by the ranks' own threads: a ring step ends when the
+receiving rank's thread has run. On an oversubscribed host the cores are busy with other
+ranks' work when a step's data arrives, so each step also waits for its thread to be
+scheduled: on average half the kernel's scheduler slice (`hop_wait`). Linux's default
+slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
+n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from hpcbench.store.reader import PointData
 
 SLOWDOWN_SEEN = 0.05  # a compute slowdown under this share is noise, not contention
+SLICE_BASE_S = 0.75e-3  # Linux's base scheduler slice per unit of its CPU-count factor
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,18 @@ class Placement:
     @property
     def oversubscribed(self) -> bool:
         return self.oversubscription > 1.0
+
+
+def scheduler_slice(cpus: float) -> float:
+    """Linux's default scheduler slice on a host of `cpus` CPUs: 0.75 ms · (1 + log2 min(cpus, 8))."""
+    return SLICE_BASE_S * (1 + math.floor(math.log2(min(max(cpus, 1.0), 8.0))))
+
+
+def hop_wait(host: Placement) -> float:
+    """Seconds a CPU-driven collective's step waits for its thread to be scheduled: half the
+    host's slice when its ranks' threads outnumber its CPUs (not its effective cores: a rank
+    slowed by a shared bus still has a CPU to wake on), else none."""
+    return scheduler_slice(host.cores) / 2 if host.oversubscribed else 0.0
 
 
 def compute_scale(a: Placement, b: Placement, phi: float) -> float:

@@ -15,8 +15,9 @@ size) and seed. Its calibration:
 - CPU contention (contention.py): compute follows the cores each rank really has, from the
   placement recorded in the point file (ranks per host, threads, cores); the thread exponent
   φ from two calibration points with different threads; on CPU the collectives' per-hop
-  costs grow with oversubscription too (a CPU-driven ring waits for peers to be scheduled),
-  so the link is fitted per unit of oversubscription.
+  costs grow with oversubscription too, and each hop waits half a scheduler slice for its
+  thread (a CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit
+  of oversubscription, that wait taken out.
 
 Every point is then predicted with and without wait-free back-propagation and compared with
 its measured t_iter; calibration points are marked (their error is in-sample). How well the
@@ -34,7 +35,14 @@ import pandas as pd
 
 from hpcbench.analysis import fit, metrics
 from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
-from hpcbench.analysis.contention import Placement, compute_scale, fit_effective_cores, fit_phi, placement_of
+from hpcbench.analysis.contention import (
+    Placement,
+    compute_scale,
+    fit_effective_cores,
+    fit_phi,
+    hop_wait,
+    placement_of,
+)
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.store.reader import PointData
 
@@ -136,7 +144,8 @@ def fit_link_from_points(
     points: Sequence[PointData], derived: Derived | None = None, cpu: bool = False, cores: float = 0.0
 ) -> tuple[LinkCost, str]:
     """The ring link α, β from the gradient messages of points with the same rank count (with
-    `cpu`, divided by their oversubscription: the link of ranks that each have their cores)."""
+    `cpu`, less the hops' scheduling wait and divided by their oversubscription: the link of
+    ranks that each have their cores)."""
     derived = derived or Derived()
     ranks = {p.iterations.shape[0] for p in points}
     if len(ranks) != 1:
@@ -146,10 +155,12 @@ def fit_link_from_points(
     names = " ".join(p.point_id for p in points)
     (n,) = ranks
     link = ring_link(result.cost, n)
-    places = [derived.placement(p) for p in points]
-    oversub = max((replace(w, cores=cores) if cores > 0 else w).oversubscription for w in places) if cpu else 1.0
+    places = [(w, replace(w, cores=cores) if cores > 0 else w) for w in (derived.placement(p) for p in points)]
+    host, where = max(places, key=lambda pair: pair[1].oversubscription)
+    oversub = where.oversubscription if cpu else 1.0
     if oversub > 1:
-        link = LinkCost(link.alpha / oversub, link.beta / oversub, link.gamma / oversub)
+        alpha = max(link.alpha - hop_wait(host), 0.0)
+        link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"
 
@@ -239,13 +250,14 @@ def predict_point(
 ) -> IterationPrediction:
     """The calibrated configuration at `ranks` ranks and `batch_size` per rank, its ranks
     placed as `placement` (default: as the calibration point's)."""
-    where = cal.on(placement or cal.placement)
+    host = placement or cal.placement
+    where = cal.on(host)
     s = batch_size / cal.batch_size * (compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0)
     phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
     if cal.cpu and where.oversubscribed:
         k = where.oversubscription
-        link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
+        link = LinkCost(link.alpha * k + hop_wait(host), link.beta * k, link.gamma * k)
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead
     )

@@ -79,29 +79,41 @@ BYTES = (4e5, 1e6)  # gradient bytes of layer 1, layer 2
 DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
 
 
-def hand_schedule(n: int) -> tuple[float, float, tuple[float, float]]:
-    """(exposed comm, total comm, (tc1, tc2)) at n ranks, worked out by hand for two layers."""
+def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[float, float, tuple[float, float]]:
+    """(exposed comm, total comm, (tc1, tc2)) at n ranks, worked out by hand for two layers;
+    `oversub` > 1: the ranks time-share their cores (backward and every hop that much slower,
+    and each hop `wait` longer)."""
     if n == 1:
         return 0.0, 0.0, (0.0, 0.0)
-    a, b = 2 * (n - 1) * ALPHA, 2 * (n - 1) / n * BETA  # ring all-reduce: tc(M) = a + b·M
+    alpha, beta = ALPHA * oversub + (wait if oversub > 1 else 0.0), BETA * oversub
+    tb = (TB[0] * oversub, TB[1] * oversub)
+    a, b = 2 * (n - 1) * alpha, 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
     tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
-    tau_c1 = max(TB[1] + tc2, TB[1] + TB[0])  # τc[2] = τb[2] + tb[2] = tb[2]
-    exposed = tau_c1 + tc1 - (TB[1] + TB[0])
+    tau_c1 = max(tb[1] + tc2, tb[1] + tb[0])  # τc[2] = τb[2] + tb[2] = tb[2]
+    exposed = tau_c1 + tc1 - (tb[1] + tb[0])
     return exposed, tc1 + tc2, (tc1, tc2)
 
 
-def model_point(directory: Path, n: int) -> tuple[Point, float]:
-    exposed, total, (tc1, tc2) = hand_schedule(n)
-    it = iterations(n, 12, warmup=2, data=DATA, forward=FORWARD, backward=sum(TB), comm=exposed, update=UPDATE,
+def model_point(directory: Path, n: int, cpus: int = 0, wait: float = 0.0) -> tuple[Point, float]:
+    """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
+    before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer)."""
+    oversub = max(1.0, n / cpus) if cpus else 1.0
+    exposed, total, (tc1, tc2) = hand_schedule(n, oversub, wait)
+    tb = (TB[0] * oversub, TB[1] * oversub)
+    data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
+    it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,
                     comm_total=total, batch=BATCH)  # fmt: skip
     rows = []
     if n > 1:
         for r in range(n):
             for i in range(12):
-                start = it["t_start"][r, i] + DATA + FORWARD
-                rows.append((r, i, int(BYTES[1]), start + TB[1], start + TB[1] + tc2))  # layer 2 first
-                end = start + max(TB[1] + tc2, TB[1] + TB[0]) + tc1
-                rows.append((r, i, int(BYTES[0]), start + TB[1] + TB[0], end))
-    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=BATCH)
-    write_point_file(directory / f"{point.id}.h5", point, it, comm=comm_rows(rows) if rows else None)
-    return point, DATA + FORWARD + sum(TB) + exposed + UPDATE
+                start = it["t_start"][r, i] + data + forward
+                rows.append((r, i, int(BYTES[1]), start + tb[1], start + tb[1] + tc2))  # layer 2 first
+                end = start + max(tb[1] + tc2, tb[1] + tb[0]) + tc1
+                rows.append((r, i, int(BYTES[0]), start + tb[1] + tb[0], end))
+    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=BATCH,
+                  threads=1 if cpus else None)  # fmt: skip
+    hosts, provenance = (["h"] * n, {"cpu_count": cpus}) if cpus else (None, None)
+    comm = comm_rows(rows) if rows else None
+    write_point_file(directory / f"{point.id}.h5", point, it, comm=comm, hostnames=hosts, provenance=provenance)
+    return point, data + forward + sum(tb) + exposed + update

@@ -12,12 +12,19 @@ import pytest
 from hpcbench.analysis import collectives as co
 from hpcbench.analysis import exchange as ex
 from hpcbench.analysis import model, tables, validate
-from hpcbench.analysis.contention import Placement, compute_scale, fit_effective_cores, fit_phi
+from hpcbench.analysis.contention import (
+    Placement,
+    compute_scale,
+    fit_effective_cores,
+    fit_phi,
+    hop_wait,
+    scheduler_slice,
+)
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
 from hpcbench.workloads.costs import backward_order, tensor_costs
-from tests.analysis.helpers import iterations
+from tests.analysis.helpers import iterations, model_point
 
 INTRA = co.LinkCost(alpha=1e-6, beta=1e-10)  # 10 GB/s, 1 µs
 INTER = co.LinkCost(alpha=2e-5, beta=1e-9)  # 1 GB/s, 20 µs
@@ -135,6 +142,32 @@ def test_effective_cores_from_one_rank_and_several() -> None:
     assert fit_effective_cores(two, four, 1.0, 2.0) is None  # no single thread-load: cannot tell
     assert fit_effective_cores(Placement(1, 2, 2), four, 1.0, 2.0) is None  # other threads
     assert compute_scale(Placement(1, 1, 1.25), Placement(4, 1, 1.25), phi=0) == pytest.approx(3.2)
+
+
+def test_an_oversubscribed_hop_waits_half_the_kernels_slice() -> None:
+    # Linux's default slice: 0.75 ms x (1 + log2 CPUs), the CPUs capped at 8
+    slices = [scheduler_slice(n) for n in (1, 2, 3, 4, 8, 64)]
+    assert slices == pytest.approx([0.75e-3, 1.5e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
+    assert hop_wait(Placement(4, 1, 2)) == pytest.approx(0.75e-3)
+    assert hop_wait(Placement(2, 1, 2)) == 0.0  # a CPU per thread: no wait
+    assert hop_wait(Placement(2, 3, 4)) == pytest.approx(1.125e-3)  # 6 threads on 4 CPUs
+
+
+def test_held_out_ring_on_time_shared_cores(tmp_path: Path) -> None:
+    """Single-thread ranks on a 2-CPU host whose exchange follows the model: at 4 ranks compute
+    and every hop take twice as long and each hop waits half a slice more. Held out, 4 ranks
+    are predicted from 1 and 2 (the wait added), and 2 ranks from 1 and 4 (the wait taken out
+    of the link fitted on the oversubscribed point): both exactly."""
+    wait = scheduler_slice(2) / 2
+    truth = {n: model_point(tmp_path, n, cpus=2, wait=wait)[1] for n in (1, 2, 4)}
+    analysis = tables.analyse(tmp_path)
+    held = analysis.held_out.set_index("ranks")
+    for n in (1, 2, 4):
+        assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
+    assert bool(held.loc[4, "oversubscribed"]) and not bool(held.loc[2, "oversubscribed"])
+    # without the wait, 4 ranks' 6 hops per message would be 4.5 ms short each: not within 1e-6
+    (tmp_path / "no-wait").mkdir()
+    assert truth[4] - model_point(tmp_path / "no-wait", 4, cpus=2)[1] > 6 * wait
 
 
 def test_tensor_costs_add_up_to_the_zoo() -> None:
