@@ -15,9 +15,9 @@ size) and seed. Its calibration:
 - CPU contention (contention.py): compute follows the cores each rank really has, from the
   placement recorded in the point file (ranks per host, threads, cores); the thread exponent
   φ from two calibration points with different threads; on CPU the collectives' per-hop
-  costs grow with oversubscription too, and each hop waits half a scheduler slice for its
-  thread (a CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit
-  of oversubscription, that wait taken out.
+  costs grow with oversubscription too, and where the backend's threads sleep while they wait
+  each hop waits half a scheduler slice for its thread (a CPU-driven ring waits for peers to
+  be scheduled), so the link is fitted per unit of oversubscription, that wait taken out.
 
 Every point is then predicted with and without wait-free back-propagation and compared with
 its measured t_iter; calibration points are marked (their error is in-sample). How well the
@@ -74,6 +74,7 @@ class Calibration:
     cpu: bool = True  # CPU-driven collectives: their cost grows with oversubscription
     cores: float = 0.0  # the host's effective cores for compute (contention.py); 0: its CPU count
     cores_source: str = "not measured: the CPU count"
+    backend: str = ""  # whose collectives (contention.SLEEPING_WAITS)
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -159,7 +160,7 @@ def fit_link_from_points(
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
     if oversub > 1:
-        alpha = max(link.alpha - hop_wait(host), 0.0)
+        alpha = max(link.alpha - hop_wait(host, points[0].point.backend), 0.0)
         link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"
@@ -241,7 +242,7 @@ def calibrate(
     calibration |= {phi_point} if phi_point else set()
     return Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
-        derived.placement(base), phi, phi_source, cpu, cores, cores_source,
+        derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend,
     )  # fmt: skip
 
 
@@ -257,7 +258,7 @@ def predict_point(
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
     if cal.cpu and where.oversubscribed:
         k = where.oversubscription
-        link = LinkCost(link.alpha * k + hop_wait(host), link.beta * k, link.gamma * k)
+        link = LinkCost(link.alpha * k + hop_wait(host, cal.backend), link.beta * k, link.gamma * k)
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead
     )

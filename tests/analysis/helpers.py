@@ -94,7 +94,9 @@ def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[floa
     return exposed, tc1 + tc2, (tc1, tc2)
 
 
-def model_point(directory: Path, n: int, cpus: int = 0, wait: float = 0.0) -> tuple[Point, float]:
+def model_point(
+    directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo"
+) -> tuple[Point, float]:
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer)."""
     oversub = max(1.0, n / cpus) if cpus else 1.0
@@ -111,7 +113,7 @@ def model_point(directory: Path, n: int, cpus: int = 0, wait: float = 0.0) -> tu
                 rows.append((r, i, int(BYTES[1]), start + tb[1], start + tb[1] + tc2))  # layer 2 first
                 end = start + max(tb[1] + tc2, tb[1] + tb[0]) + tc1
                 rows.append((r, i, int(BYTES[0]), start + tb[1] + tb[0], end))
-    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=BATCH,
+    point = Point(framework="torch", backend=backend, model="mlp", ranks_per_node=n, batch_size=BATCH,
                   threads=1 if cpus else None)  # fmt: skip
     hosts, provenance = (["h"] * n, {"cpu_count": cpus}) if cpus else (None, None)
     comm = comm_rows(rows) if rows else None

@@ -148,26 +148,29 @@ def test_an_oversubscribed_hop_waits_half_the_kernels_slice() -> None:
     # Linux's default slice: 0.75 ms x (1 + log2 CPUs), the CPUs capped at 8
     slices = [scheduler_slice(n) for n in (1, 2, 3, 4, 8, 64)]
     assert slices == pytest.approx([0.75e-3, 1.5e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
-    assert hop_wait(Placement(4, 1, 2)) == pytest.approx(0.75e-3)
-    assert hop_wait(Placement(2, 1, 2)) == 0.0  # a CPU per thread: no wait
-    assert hop_wait(Placement(2, 3, 4)) == pytest.approx(1.125e-3)  # 6 threads on 4 CPUs
+    assert hop_wait(Placement(4, 1, 2), "gloo") == pytest.approx(0.75e-3)
+    assert hop_wait(Placement(2, 1, 2), "gloo") == 0.0  # a CPU per thread: no wait
+    assert hop_wait(Placement(2, 3, 4), "gloo") == pytest.approx(1.125e-3)  # 6 threads on 4 CPUs
+    assert hop_wait(Placement(4, 1, 2), "mpi") == 0.0  # MPI polls: its ranks keep their CPUs
 
 
-def test_held_out_ring_on_time_shared_cores(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("backend", "wait"), [("gloo", scheduler_slice(2) / 2), ("mpi", 0.0)])
+def test_held_out_ring_on_time_shared_cores(tmp_path: Path, backend: str, wait: float) -> None:
     """Single-thread ranks on a 2-CPU host whose exchange follows the model: at 4 ranks compute
-    and every hop take twice as long and each hop waits half a slice more. Held out, 4 ranks
-    are predicted from 1 and 2 (the wait added), and 2 ranks from 1 and 4 (the wait taken out
-    of the link fitted on the oversubscribed point): both exactly."""
-    wait = scheduler_slice(2) / 2
-    truth = {n: model_point(tmp_path, n, cpus=2, wait=wait)[1] for n in (1, 2, 4)}
+    and every hop take twice as long and, where the backend's threads sleep while they wait
+    (gloo; MPI polls), each hop waits half a slice more. Held out, 4 ranks are predicted from 1
+    and 2 (the wait added), and 2 ranks from 1 and 4 (the wait taken out of the link fitted on
+    the oversubscribed point): both exactly."""
+    truth = {n: model_point(tmp_path, n, cpus=2, wait=wait, backend=backend)[1] for n in (1, 2, 4)}
     analysis = tables.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
     assert bool(held.loc[4, "oversubscribed"]) and not bool(held.loc[2, "oversubscribed"])
     # without the wait, 4 ranks' 6 hops per message would be 4.5 ms short each: not within 1e-6
-    (tmp_path / "no-wait").mkdir()
-    assert truth[4] - model_point(tmp_path / "no-wait", 4, cpus=2)[1] > 6 * wait
+    if wait:
+        (tmp_path / "no-wait").mkdir()
+        assert truth[4] - model_point(tmp_path / "no-wait", 4, cpus=2)[1] > 6 * wait
 
 
 def test_tensor_costs_add_up_to_the_zoo() -> None:
