@@ -30,8 +30,9 @@ tell how fast one rank alone would be.
 
 On CPU the collectives are driven by the ranks' own threads: a ring step ends when the
 receiving rank's thread has run. On an oversubscribed host the cores are busy with other
-ranks' work when a step's data arrives, so each step also waits for its thread to be
-scheduled: on average half the kernel's scheduler slice (`hop_wait`), where the backend's
+ranks' work when the exchange begins, so each step of its first ring also waits for its
+thread to be scheduled: on average half the kernel's scheduler slice (`exchange_wait`, once
+per iteration: the messages after it find the ranks in the exchange), where the backend's
 threads sleep while they wait (MPI's poll, and keep their CPU). Linux's default
 slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
 n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
@@ -47,11 +48,12 @@ from hpcbench.store.reader import PointData
 
 SLOWDOWN_SEEN = 0.05  # a compute slowdown under this share is noise, not contention
 SLICE_BASE_S = 0.75e-3  # Linux's base scheduler slice per unit of its CPU-count factor
-# Backends whose collective threads sleep while they wait for data (gloo's and gRPC's event
-# loops, ZeroMQ's in MXNet's kvstore), so the scheduler must wake them. MPI's progress loop
-# (torch mpi, Chainer, Theano, Caffe, CNTK, Horovod's operations) polls instead: a waiting
-# rank keeps its CPU, and no wake-up is waited for.
-SLEEPING_WAITS = frozenset({"gloo", "multiworker", "ps", "dist_sync", "dist_async", "pmean", "pmean_fused"})
+# Backends whose all-reduce is a ring of threads that sleep while they wait for data (gloo's
+# and gRPC's event loops; JAX on CPU runs gloo), so the scheduler must wake them. MPI's
+# progress loop (torch mpi, Chainer, Theano, Caffe, CNTK, Horovod's operations) polls
+# instead: a waiting rank keeps its CPU, and no wake-up is waited for. A parameter server's
+# push and pull are round trips to a server, not a ring's steps: no wait is modelled there.
+SLEEPING_WAITS = frozenset({"gloo", "multiworker", "pmean", "pmean_fused"})
 
 
 @dataclass(frozen=True)
@@ -74,12 +76,15 @@ def scheduler_slice(cpus: float) -> float:
     return SLICE_BASE_S * (1 + math.floor(math.log2(min(max(cpus, 1.0), 8.0))))
 
 
-def hop_wait(host: Placement, backend: str) -> float:
-    """Seconds a CPU-driven collective's step waits for its thread to be scheduled: half the
-    host's slice when its ranks' threads outnumber its CPUs (not its effective cores: a rank
-    slowed by a shared bus still has a CPU to wake on) and the backend's threads sleep while
-    they wait (`SLEEPING_WAITS`), else none."""
-    return scheduler_slice(host.cores) / 2 if host.oversubscribed and backend in SLEEPING_WAITS else 0.0
+def exchange_wait(host: Placement, backend: str, ranks: int) -> float:
+    """Seconds an iteration's exchange waits for time-shared threads to be scheduled: half the
+    host's slice at each of a ring's 2(p − 1) steps, once per iteration, when the ranks'
+    threads outnumber the host's CPUs (not its effective cores: a rank slowed by a shared bus
+    still has a CPU to wake on) and the backend's threads sleep while they wait
+    (`SLEEPING_WAITS`); else none."""
+    if ranks < 2 or not host.oversubscribed or backend not in SLEEPING_WAITS:
+        return 0.0
+    return 2 * (ranks - 1) * scheduler_slice(host.cores) / 2
 
 
 def compute_scale(a: Placement, b: Placement, phi: float) -> float:

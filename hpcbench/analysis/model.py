@@ -135,19 +135,24 @@ def predict_iteration(
     overlap: bool = True,
     prefetch: bool = False,
     overhead: float = 0.0,
+    exchange_wait: float = 0.0,
 ) -> IterationPrediction:
     """One iteration on `ranks` ranks.
 
     Without overlap: t_iter = t_io + t_h2d + t_f + t_b + t_c + t_u, t_c = Σ tc[l].
     With wait-free back-propagation: t_f + t_b + non-overlapped comm + t_u (plus t_io + t_h2d).
     With `prefetch`, I/O and H2D hide behind the rest of the iteration when shorter than it.
-    `overhead` (time in no phase) is added as it is.
+    `overhead` (time in no phase) is added as it is; `exchange_wait` (once per iteration, the
+    exchange's wait for time-shared threads to be scheduled: contention.py) to the exposed
+    communication, when there is any.
     """
     _check_inputs(phases, layers, ranks, batch_size)
     tb = [layer.backward_s for layer in layers]
     tc = message_times(layers, ranks, link)
     t_b, t_c = float(sum(tb)), float(sum(tc))
     exposed = wfbp(tb, tc).non_overlapped if overlap else t_c
+    if t_c > 0 and exchange_wait > 0:
+        t_c, exposed = t_c + exchange_wait, exposed + exchange_wait
     compute = phases.forward + t_b + exposed + phases.update + overhead
     io = phases.data + phases.h2d
     t_iter = max(io, compute) if prefetch else io + compute

@@ -16,8 +16,9 @@ size) and seed. Its calibration:
   placement recorded in the point file (ranks per host, threads, cores); the thread exponent
   φ from two calibration points with different threads; on CPU the collectives' per-hop
   costs grow with oversubscription too, and where the backend's threads sleep while they wait
-  each hop waits half a scheduler slice for its thread (a CPU-driven ring waits for peers to
-  be scheduled), so the link is fitted per unit of oversubscription, that wait taken out.
+  the exchange's first ring waits half a scheduler slice per step for its threads (a
+  CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit of
+  oversubscription, that wait taken out.
 
 Every point is then predicted with and without wait-free back-propagation and compared with
 its measured t_iter; calibration points are marked (their error is in-sample). How well the
@@ -38,9 +39,9 @@ from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
 from hpcbench.analysis.contention import (
     Placement,
     compute_scale,
+    exchange_wait,
     fit_effective_cores,
     fit_phi,
-    hop_wait,
     placement_of,
 )
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
@@ -160,7 +161,10 @@ def fit_link_from_points(
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
     if oversub > 1:
-        alpha = max(link.alpha - hop_wait(host, points[0].point.backend), 0.0)
+        # the iteration's scheduling wait, spread over its messages, is not the link's
+        per_iteration = len(sizes[0]) / max(len(np.unique(derived.messages(points[0])["iteration"])), 1)
+        wait = exchange_wait(host, points[0].point.backend, n) / max(per_iteration, 1.0)
+        alpha = max(link.alpha - wait / (2 * (n - 1)), 0.0)
         link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"
@@ -256,12 +260,15 @@ def predict_point(
     s = batch_size / cal.batch_size * (compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0)
     phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
+    wait = 0.0
     if cal.cpu and where.oversubscribed:
         k = where.oversubscription
-        link = LinkCost(link.alpha * k + hop_wait(host, cal.backend), link.beta * k, link.gamma * k)
+        link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
+        wait = exchange_wait(host, cal.backend, ranks)
     return predict_iteration(
-        phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead
-    )
+        phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
+        exchange_wait=wait,
+    )  # fmt: skip
 
 
 def _rel(predicted: float, measured: float) -> float:

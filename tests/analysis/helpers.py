@@ -79,19 +79,21 @@ BYTES = (4e5, 1e6)  # gradient bytes of layer 1, layer 2
 DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
 
 
-def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[float, float, tuple[float, float]]:
-    """(exposed comm, total comm, (tc1, tc2)) at n ranks, worked out by hand for two layers;
-    `oversub` > 1: the ranks time-share their cores (backward and every hop that much slower,
-    and each hop `wait` longer)."""
+def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[float, float, tuple[float, float], float]:
+    """(exposed comm, total comm, (tc1, tc2), the iteration's scheduling wait) at n ranks,
+    worked out by hand for two layers; `oversub` > 1: the ranks time-share their cores
+    (backward and every hop that much slower, and the exchange waits `wait` at each of a
+    ring's 2(n − 1) steps, once per iteration, fully exposed)."""
     if n == 1:
-        return 0.0, 0.0, (0.0, 0.0)
-    alpha, beta = ALPHA * oversub + (wait if oversub > 1 else 0.0), BETA * oversub
+        return 0.0, 0.0, (0.0, 0.0), 0.0
+    alpha, beta = ALPHA * oversub, BETA * oversub
     tb = (TB[0] * oversub, TB[1] * oversub)
     a, b = 2 * (n - 1) * alpha, 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
     tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
     tau_c1 = max(tb[1] + tc2, tb[1] + tb[0])  # τc[2] = τb[2] + tb[2] = tb[2]
-    exposed = tau_c1 + tc1 - (tb[1] + tb[0])
-    return exposed, tc1 + tc2, (tc1, tc2)
+    waited = 2 * (n - 1) * wait if oversub > 1 else 0.0
+    exposed = tau_c1 + tc1 - (tb[1] + tb[0]) + waited
+    return exposed, tc1 + tc2 + waited, (tc1, tc2), waited
 
 
 def model_point(
@@ -100,7 +102,7 @@ def model_point(
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer)."""
     oversub = max(1.0, n / cpus) if cpus else 1.0
-    exposed, total, (tc1, tc2) = hand_schedule(n, oversub, wait)
+    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait)
     tb = (TB[0] * oversub, TB[1] * oversub)
     data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
     it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,
@@ -109,9 +111,11 @@ def model_point(
     if n > 1:
         for r in range(n):
             for i in range(12):
+                # each message's service time is its cost and half the iteration's wait
                 start = it["t_start"][r, i] + data + forward
-                rows.append((r, i, int(BYTES[1]), start + tb[1], start + tb[1] + tc2))  # layer 2 first
-                end = start + max(tb[1] + tc2, tb[1] + tb[0]) + tc1
+                first_end = start + tb[1] + tc2 + waited / 2
+                rows.append((r, i, int(BYTES[1]), start + tb[1], first_end))  # layer 2 first
+                end = max(first_end, start + tb[1] + tb[0]) + tc1 + waited / 2
                 rows.append((r, i, int(BYTES[0]), start + tb[1] + tb[0], end))
     point = Point(framework="torch", backend=backend, model="mlp", ranks_per_node=n, batch_size=BATCH,
                   threads=1 if cpus else None)  # fmt: skip

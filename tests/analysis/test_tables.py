@@ -53,7 +53,7 @@ def test_predictions_match_a_sweep_that_follows_the_model(model_sweep: tuple[Pat
     assert pred.loc[8, "alpha_s"] == pytest.approx(ALPHA)
     assert pred.loc[8, "beta_s_per_byte"] == pytest.approx(BETA)
     # without overlap every message is exposed: the prediction is slower than measured
-    exposed, total, _ = hand_schedule(8)
+    exposed, total, _, _ = hand_schedule(8)
     assert pred.loc[8, "predicted_no_overlap_s"] == pytest.approx(t_iter[8] - exposed + total, rel=1e-6)
     assert rows[8]["rel_error_no_overlap"] > 0
 

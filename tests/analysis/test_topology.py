@@ -15,9 +15,9 @@ from hpcbench.analysis import model, tables, validate
 from hpcbench.analysis.contention import (
     Placement,
     compute_scale,
+    exchange_wait,
     fit_effective_cores,
     fit_phi,
-    hop_wait,
     scheduler_slice,
 )
 from hpcbench.spec import Point
@@ -144,23 +144,24 @@ def test_effective_cores_from_one_rank_and_several() -> None:
     assert compute_scale(Placement(1, 1, 1.25), Placement(4, 1, 1.25), phi=0) == pytest.approx(3.2)
 
 
-def test_an_oversubscribed_hop_waits_half_the_kernels_slice() -> None:
+def test_an_oversubscribed_exchange_waits_half_the_kernels_slice_per_ring_step() -> None:
     # Linux's default slice: 0.75 ms x (1 + log2 CPUs), the CPUs capped at 8
     slices = [scheduler_slice(n) for n in (1, 2, 3, 4, 8, 64)]
     assert slices == pytest.approx([0.75e-3, 1.5e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
-    assert hop_wait(Placement(4, 1, 2), "gloo") == pytest.approx(0.75e-3)
-    assert hop_wait(Placement(2, 1, 2), "gloo") == 0.0  # a CPU per thread: no wait
-    assert hop_wait(Placement(2, 3, 4), "gloo") == pytest.approx(1.125e-3)  # 6 threads on 4 CPUs
-    assert hop_wait(Placement(4, 1, 2), "mpi") == 0.0  # MPI polls: its ranks keep their CPUs
+    assert exchange_wait(Placement(4, 1, 2), "gloo", 4) == pytest.approx(6 * 0.75e-3)  # 2(p − 1) steps
+    assert exchange_wait(Placement(2, 1, 2), "gloo", 2) == 0.0  # a CPU per thread: no wait
+    assert exchange_wait(Placement(2, 3, 4), "gloo", 2) == pytest.approx(2 * 1.125e-3)  # 6 threads on 4 CPUs
+    assert exchange_wait(Placement(4, 1, 2), "mpi", 4) == 0.0  # MPI polls: its ranks keep their CPUs
+    assert exchange_wait(Placement(4, 1, 2), "dist_sync", 4) == 0.0  # a parameter server is no ring
 
 
 @pytest.mark.parametrize(("backend", "wait"), [("gloo", scheduler_slice(2) / 2), ("mpi", 0.0)])
 def test_held_out_ring_on_time_shared_cores(tmp_path: Path, backend: str, wait: float) -> None:
     """Single-thread ranks on a 2-CPU host whose exchange follows the model: at 4 ranks compute
     and every hop take twice as long and, where the backend's threads sleep while they wait
-    (gloo; MPI polls), each hop waits half a slice more. Held out, 4 ranks are predicted from 1
-    and 2 (the wait added), and 2 ranks from 1 and 4 (the wait taken out of the link fitted on
-    the oversubscribed point): both exactly."""
+    (gloo; MPI polls), the exchange waits half a slice at each of its first ring's steps. Held
+    out, 4 ranks are predicted from 1 and 2 (the wait added), and 2 ranks from 1 and 4 (the
+    wait taken out of the link fitted on the oversubscribed point's messages): both exactly."""
     truth = {n: model_point(tmp_path, n, cpus=2, wait=wait, backend=backend)[1] for n in (1, 2, 4)}
     analysis = tables.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
@@ -170,7 +171,7 @@ def test_held_out_ring_on_time_shared_cores(tmp_path: Path, backend: str, wait: 
     # without the wait, 4 ranks' 6 hops per message would be 4.5 ms short each: not within 1e-6
     if wait:
         (tmp_path / "no-wait").mkdir()
-        assert truth[4] - model_point(tmp_path / "no-wait", 4, cpus=2)[1] > 6 * wait
+        assert truth[4] - model_point(tmp_path / "no-wait", 4, cpus=2)[1] == pytest.approx(6 * wait)
 
 
 def test_tensor_costs_add_up_to_the_zoo() -> None:
