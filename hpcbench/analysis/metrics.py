@@ -91,6 +91,7 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Message
         "point": point_id,
         "framework": point.framework,
         "backend": point.backend,
+        "env": point.env or "",
         "launcher": point.launcher,
         "model": point.model,
         "device": point.device,
@@ -165,7 +166,7 @@ def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
 
 
 SUMMARY_COLUMNS = [
-    "point", "framework", "backend", "launcher", "model", "device", "nodes", "ranks_per_node", "ranks",
+    "point", "framework", "backend", "env", "launcher", "model", "device", "nodes", "ranks_per_node", "ranks",
     "batch_size", "timed_iterations", "t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif",
     "lif_excess", "cv", *(f"{p}_s" for p in PHASES), "comm_total_s", "comm_share", "comm_union_share",
     "comm_exposed_share", "overlap",
@@ -181,7 +182,7 @@ def summary(points: Sequence[tuple[Point, str, np.ndarray]], comms: Sequence[Mes
     messages: list[Messages] = list(comms) if comms is not None else [None] * len(points)
     table = pd.DataFrame([point_row(p, pid, it, c) for (p, pid, it), c in zip(points, messages, strict=True)])
     table = add_scaling(table, [p for p, _, _ in points])
-    order = ["framework", "backend", "launcher", "model", "device", "batch_size", "nodes", "ranks"]
+    order = ["framework", "backend", "env", "launcher", "model", "device", "batch_size", "nodes", "ranks"]
     return table[SUMMARY_COLUMNS].sort_values(order, kind="stable").reset_index(drop=True)
 
 

@@ -145,14 +145,24 @@ class Section:
     about: str = ""
 
 
+def _with_env(columns: Sequence[Column], stats: pd.DataFrame) -> Sequence[Column]:
+    """`columns` with the point's environment after its backend, when some point names one
+    (Theano's and PyTensor's rows are otherwise alike)."""
+    if "env" not in stats or not stats["env"].fillna("").astype(bool).any():
+        return columns
+    at = [c.key for c in columns].index("backend") + 1
+    return [*columns[:at], Column("env", "env"), *columns[at:]]
+
+
 def sections(analysis: Analysis) -> list[Section]:
     stats = analysis.stats
     has_accuracy = "evaluations" in stats and bool((stats["evaluations"] > 0).any())
+    scaling, phases, seed002, accuracy = (_with_env(c, stats) for c in (SCALING, PHASE_TABLE, SEED002, ACCURACY))
     out = [
-        Section("Scaling", SCALING, stats, "t_iter: median over timed iterations of the ranks' mean iteration time. "
+        Section("Scaling", scaling, stats, "t_iter: median over timed iterations of the ranks' mean iteration time. "
                 "Efficiency is weak (same per-rank batch) or strong (same global batch) as labelled."),
-        Section("Phases", PHASE_TABLE, stats, "Mean seconds per iteration over ranks and timed iterations."),
-        Section("Training time, testing time, accuracy, CPU and memory", SEED002, stats,
+        Section("Phases", phases, stats, "Mean seconds per iteration over ranks and timed iterations."),
+        Section("Training time, testing time, accuracy, CPU and memory", seed002, stats,
                 "As in Wu et al.'s tables: CPU % of the node (sysstat), memory = RSS per rank."),
         Section("Performance model: predicted beside measured", PREDICTION, analysis.predictions,
                 "Fitted on each configuration's smallest runs (calibration rows, in-sample) and predicted for the "
@@ -167,7 +177,7 @@ def sections(analysis: Analysis) -> list[Section]:
     out += [Section(title, [Column(*c) for c in cols], table, about)
             for title, cols, table, about in straggler_report.sections(analysis.slow)]  # fmt: skip
     if has_accuracy:
-        out.insert(3, Section("Accuracy and time to accuracy", ACCURACY, stats))
+        out.insert(3, Section("Accuracy and time to accuracy", accuracy, stats))
     return out
 
 

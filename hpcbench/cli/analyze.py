@@ -42,7 +42,10 @@ _METRICS = ("t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_unio
 def format_table(table: pd.DataFrame) -> str:
     """The scaling table as text: the configuration, then the metrics as the metric table
     formats them ("-" where a value is undefined, e.g. speedup without a 1-rank point)."""
-    shown: list[tuple[str, str, Format]] = [(key, title, str) for key, title in _IDENT]
+    ident = list(_IDENT)
+    if "env" in table and table["env"].fillna("").astype(bool).any():  # Theano and PyTensor rows apart
+        ident.insert(3, ("env", "env"))
+    shown: list[tuple[str, str, Format]] = [(key, title, str) for key, title in ident]
     shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS)]
     rows = [[title for _, title, _ in shown]]
     rows += [[fmt(rec[col]) or "-" for col, _, fmt in shown] for rec in table.to_dict("records")]

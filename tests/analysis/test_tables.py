@@ -201,3 +201,36 @@ def test_bad_inputs(tmp_path: Path, mixed_sweep: Path) -> None:
 
 def test_empty_frames_are_handled() -> None:
     assert stats.repeats(pd.DataFrame()).empty
+
+
+def test_points_alike_but_for_their_environment_are_told_apart(tmp_path: Path) -> None:
+    """Theano 1.0.5 and PyTensor both run `theano/mpi`: the environment is a column of the
+    summary, of `analyze`'s table and of the report's tables once a point names one."""
+    from hpcbench.analysis import metrics, report
+    from hpcbench.cli.analyze import format_table
+
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for env in ("legacy", "modern"):
+        point = Point(framework="theano", backend="mpi", model="lenet", ranks_per_node=2, batch_size=8, env=env)
+        write_point_file(
+            tmp_path / f"{point.id}.h5", point, iterations(2, 6, forward=0.01 if env == "legacy" else 0.02)
+        )
+    point = Point(framework="torch", backend="gloo", model="lenet", ranks_per_node=2, batch_size=8)
+    write_point_file(plain / f"{point.id}.h5", point, iterations(2, 6, forward=0.01))
+
+    analysis = tables.analyse(tmp_path)
+    assert sorted(analysis.stats["env"]) == ["legacy", "modern"]
+    lines = format_table(
+        metrics.summary([(p.point, p.point_id, p.iterations) for p in tables.load(tmp_path).points])
+    ).splitlines()
+    assert lines[0].split()[:4] == ["point", "framework", "backend", "env"]
+    assert {line.split()[3] for line in lines[1:]} == {"legacy", "modern"}
+    scaling = next(s for s in report.sections(analysis) if s.title == "Scaling")
+    assert [c.key for c in scaling.columns][:4] == ["point", "framework", "backend", "env"]
+
+    alone = tables.analyse(plain)  # no point names an environment: no empty column
+    assert "env" not in format_table(
+        metrics.summary([(p.point, p.point_id, p.iterations) for p in tables.load(plain).points])
+    )
+    assert "env" not in [c.key for c in next(s for s in report.sections(alone) if s.title == "Scaling").columns]
