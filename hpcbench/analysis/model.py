@@ -12,7 +12,7 @@ The collective costs it uses are in collectives.py.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError, check_ranks, ring_message_cost
@@ -117,12 +117,16 @@ def _check_inputs(phases: PhaseTimes, layers: Sequence[Layer], ranks: int, batch
             raise ModelError(f"layer {i}: gradient size {layer.grad_bytes!r} is not a non-negative byte count")
 
 
-def message_times(layers: Sequence[Layer], ranks: int, link: LinkCost) -> list[float]:
-    """tc[l] of every layer: its gradients' ring all-reduce over `ranks` (0 on one rank)."""
-    if ranks == 1:
-        return [0.0] * len(layers)
-    cost = ring_message_cost(ranks, link)
-    return [cost.time(layer.grad_bytes) if layer.grad_bytes > 0 else 0.0 for layer in layers]
+def message_times(
+    layers: Sequence[Layer], ranks: int, link: LinkCost, message_cost: Callable[[float], float] | None = None
+) -> list[float]:
+    """tc[l] of every layer: its gradients' ring all-reduce over `ranks` (0 on one rank), or
+    `message_cost` of its bytes (a parameter server's push and pull: servers.py)."""
+    if message_cost is None:
+        if ranks == 1:
+            return [0.0] * len(layers)
+        message_cost = ring_message_cost(ranks, link).time
+    return [message_cost(layer.grad_bytes) if layer.grad_bytes > 0 else 0.0 for layer in layers]
 
 
 def predict_iteration(
@@ -136,6 +140,7 @@ def predict_iteration(
     prefetch: bool = False,
     overhead: float = 0.0,
     exchange_wait: float = 0.0,
+    message_cost: Callable[[float], float] | None = None,
 ) -> IterationPrediction:
     """One iteration on `ranks` ranks.
 
@@ -144,11 +149,12 @@ def predict_iteration(
     With `prefetch`, I/O and H2D hide behind the rest of the iteration when shorter than it.
     `overhead` (time in no phase) is added as it is; `exchange_wait` (once per iteration, the
     exchange's wait for time-shared threads to be scheduled: contention.py) to the exposed
-    communication, when there is any.
+    communication, when there is any. `message_cost`: a message's seconds from its bytes in
+    place of the ring all-reduce over `link` (message_times).
     """
     _check_inputs(phases, layers, ranks, batch_size)
     tb = [layer.backward_s for layer in layers]
-    tc = message_times(layers, ranks, link)
+    tc = message_times(layers, ranks, link, message_cost)
     t_b, t_c = float(sum(tb)), float(sum(tc))
     exposed = wfbp(tb, tc).non_overlapped if overlap else t_c
     if t_c > 0 and exchange_wait > 0:

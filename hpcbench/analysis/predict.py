@@ -10,7 +10,9 @@ size) and seed. Its calibration:
   messages, their backward times scaled to add up to the calibration point's backward;
 - the link's α and β: from a commbench file when one is given, else from the messages of
   the points with the smallest rank count >= 2 (tc(M) = α_p + β_p·M fitted, then turned
-  into the link cost of a ring all-reduce of p ranks, which gives tc at any other N).
+  into the link cost of a ring all-reduce of p ranks, which gives tc at any other N); for a
+  parameter-server backend from every push and pull of the smallest points with messages,
+  one worker included, as servers.py turns them into a step's cost at any other N.
 
 - CPU contention (contention.py): compute follows the cores each rank really has, from the
   placement recorded in the point file (ranks per host, threads, cores); the thread exponent
@@ -45,6 +47,7 @@ from hpcbench.analysis.contention import (
     placement_of,
 )
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
+from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
 from hpcbench.store.reader import PointData
 
 PREDICTION_COLUMNS = [
@@ -76,6 +79,7 @@ class Calibration:
     cores: float = 0.0  # the host's effective cores for compute (contention.py); 0: its CPU count
     cores_source: str = "not measured: the CPU count"
     backend: str = ""  # whose collectives (contention.SLEEPING_WAITS)
+    servers: Servers | None = None  # a parameter-server backend's (servers.py); None: a ring
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -132,12 +136,16 @@ class Derived:
         return self._messages[p.point_id]
 
     def costs(self, p: PointData) -> tuple[np.ndarray, np.ndarray]:
-        """(bytes, seconds) of the point's main collective's messages."""
+        """(bytes, seconds) of the point's main collective's messages (of every push and pull
+        of a parameter-server backend)."""
         if p.point_id not in self._costs:
             selected = self.messages(p)
-            op = _main_op(selected)
-            comm = selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]
-            costs = fit.message_costs(comm, None)
+            if servers_of(p.point):  # pushes queue behind pushes, pulls behind pulls
+                streams = [selected[selected["op"] == op] for op in np.unique(selected["op"])]
+            else:
+                op = _main_op(selected)
+                streams = [selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]]
+            costs = pd.concat([fit.message_costs(comm, None) for comm in streams], ignore_index=True)
             self._costs[p.point_id] = (costs["bytes"].to_numpy(dtype=float), costs["seconds"].to_numpy(dtype=float))
         return self._costs[p.point_id]
 
@@ -156,7 +164,8 @@ def fit_link_from_points(
     result = fit.fit_alpha_beta(np.concatenate(sizes), np.concatenate(times))
     names = " ".join(p.point_id for p in points)
     (n,) = ranks
-    link = ring_link(result.cost, n)
+    servers = servers_of(points[0].point)
+    link = link_from_transfers(result.cost, servers, n) if servers else ring_link(result.cost, n)
     places = [(w, replace(w, cores=cores) if cores > 0 else w) for w in (derived.placement(p) for p in points)]
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
@@ -222,11 +231,15 @@ def calibrate(
     overhead = max(float(row["t_iter_s"]) - measured, 0.0)
     backward = float(row["backward_s"])
     calibration = {base.point_id}
+    servers = servers_of(base.point)
     with_messages = [p for p in order if len(p.comm)]
     if with_messages:
         source = with_messages[0]
         timed = _timed_mask(source.iterations)
-        layers = _spread(fit.layers_from_trace(source.iterations, derived.messages(source), timed, None), backward)
+        messages = derived.messages(source)
+        if servers:  # each tensor once: its push leaves when its gradient is ready
+            messages = messages[messages["op"] == b"push"]
+        layers = _spread(fit.layers_from_trace(source.iterations, messages, timed, None), backward)
     else:
         layers = [Layer(0.0, backward)]
     cpu = base.point.device == "cpu"
@@ -234,7 +247,9 @@ def calibrate(
     calibration |= {cores_point} if cores_point else set()
     comm_source = "commbench" if link is not None else ""
     if link is None:
-        multi = [p for p in with_messages if p.iterations.shape[0] >= 2]
+        # a ring needs >= 2 ranks to show a message's cost; a parameter server's one worker
+        # already crosses to the servers
+        multi = [p for p in with_messages if p.iterations.shape[0] >= (1 if servers else 2)]
         if multi:
             smallest = min(p.iterations.shape[0] for p in multi)
             chosen = [p for p in multi if p.iterations.shape[0] == smallest]
@@ -242,11 +257,13 @@ def calibrate(
             calibration |= {p.point_id for p in chosen}
         else:
             comm_source = "none: no messages recorded between >= 2 ranks, communication not modelled"
+    if servers:
+        comm_source += f"; parameter servers: {servers.count} ({'sync' if servers.sync else 'async'})"
     phi, phi_source, phi_point = _thread_exponent(order, derived) if cpu else (0.0, "GPU: no CPU contention", None)
     calibration |= {phi_point} if phi_point else set()
     return Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
-        derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend,
+        derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
     )  # fmt: skip
 
 
@@ -265,9 +282,11 @@ def predict_point(
         k = where.oversubscription
         link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
         wait = exchange_wait(host, cal.backend, ranks)
+    servers = cal.servers
+    cost = (lambda n: servers.step_cost(n, ranks, link)) if servers else None
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
-        exchange_wait=wait,
+        exchange_wait=wait, message_cost=cost,
     )  # fmt: skip
 
 
