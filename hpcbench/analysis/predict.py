@@ -172,8 +172,8 @@ def fit_link_from_points(
     if oversub > 1:
         # the iteration's scheduling wait, spread over its messages, is not the link's
         per_iteration = len(sizes[0]) / max(len(np.unique(derived.messages(points[0])["iteration"])), 1)
-        wait = exchange_wait(host, points[0].point.backend, n) / max(per_iteration, 1.0)
-        alpha = max(link.alpha - wait / (2 * (n - 1)), 0.0)
+        wait = exchange_wait(host, points[0].point.backend, n) / max(per_iteration, 1.0)  # 0 below 2 ranks
+        alpha = max(link.alpha - wait / (2 * (n - 1)), 0.0) if wait > 0 else link.alpha
         link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
@@ -85,3 +86,18 @@ def test_held_out_pushes_and_pulls(tmp_path: Path) -> None:
     assert "parameter servers: 1 (sync)" in str(pred.loc[4, "comm_source"])
     # in-sample: the exchange at one worker is its last tensor's push and pull, not zero
     assert pred.loc[1, "pred_comm_exposed_s"] == pytest.approx(2 * transfer(BYTES[0], 1), rel=1e-6)
+
+
+def test_one_oversubscribed_worker_calibrates_the_servers_link(tmp_path: Path) -> None:
+    """A one-worker point whose threads outnumber the host's CPUs: its transfers are the
+    link's, divided by the oversubscription (no ring steps to take a scheduling wait from)."""
+    for n in (1, 2, 4):
+        server_point(tmp_path, n)
+    for path in tmp_path.glob("*.h5"):  # 3 threads per rank on 2 CPUs: every point oversubscribed
+        with h5py.File(path, "r+") as f:
+            f["provenance"].attrs["cpu_count"] = 2
+            f["provenance"].attrs["environment"] = '{"OMP_NUM_THREADS": "3"}'
+    analysis = tables.analyse(tmp_path)
+    pred = analysis.predictions.set_index("ranks")
+    assert "1.5x oversubscribed" in str(pred.loc[4, "comm_source"])
+    assert pred.loc[1, "alpha_s"] == pytest.approx(ALPHA / 1.5, rel=1e-6)
