@@ -33,7 +33,7 @@ receiving rank's thread has run. On an oversubscribed host the cores are busy wi
 ranks' work when the exchange begins, so each step of its first ring also waits for its
 thread to be scheduled: on average half the kernel's scheduler slice (`exchange_wait`, once
 per iteration: the messages after it find the ranks in the exchange), where the backend's
-threads sleep while they wait (MPI's poll, and keep their CPU). Linux's default
+threads sleep while they wait (MPI's threads poll instead, and keep their CPU). Linux's default
 slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
 n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
 """

@@ -174,6 +174,12 @@ SUMMARY_COLUMNS = [
 ]  # fmt: skip
 
 
+def names_environments(table: pd.DataFrame) -> bool:
+    """Whether some point of a summary names its environment: tables then show `env`, since
+    points alike in every other column (Theano 1.0.5 and PyTensor) would look the same."""
+    return "env" in table and bool(table["env"].fillna("").astype(bool).any())
+
+
 def summary(points: Sequence[tuple[Point, str, np.ndarray]], comms: Sequence[Messages] | None = None) -> pd.DataFrame:
     """One row per point, sorted by configuration then scale; `comms`: each point's messages
     (or their exposure)."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import figures, straggler_report
+from hpcbench.analysis import figures, metrics, straggler_report
 from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.tables import Analysis
 from hpcbench.sweepdir.atomic import write_text_atomic
@@ -146,9 +146,8 @@ class Section:
 
 
 def _with_env(columns: Sequence[Column], stats: pd.DataFrame) -> Sequence[Column]:
-    """`columns` with the point's environment after its backend, when some point names one
-    (Theano's and PyTensor's rows are otherwise alike)."""
-    if "env" not in stats or not stats["env"].fillna("").astype(bool).any():
+    """`columns` with the point's environment after its backend, when some point names one."""
+    if not metrics.names_environments(stats):
         return columns
     at = [c.key for c in columns].index("backend") + 1
     return [*columns[:at], Column("env", "env"), *columns[at:]]

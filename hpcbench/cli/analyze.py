@@ -43,7 +43,7 @@ def format_table(table: pd.DataFrame) -> str:
     """The scaling table as text: the configuration, then the metrics as the metric table
     formats them ("-" where a value is undefined, e.g. speedup without a 1-rank point)."""
     ident = list(_IDENT)
-    if "env" in table and table["env"].fillna("").astype(bool).any():  # Theano and PyTensor rows apart
+    if metrics.names_environments(table):
         ident.insert(3, ("env", "env"))
     shown: list[tuple[str, str, Format]] = [(key, title, str) for key, title in ident]
     shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS)]
