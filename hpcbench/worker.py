@@ -248,6 +248,8 @@ class PointRun:
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
             rec.stop(point.batch_size, loss)
+            if i + 1 == point.warmup:  # the timed window opens: a sample at its start (between steps)
+                self.sampler.sample_now()
             done = i + 1 - point.warmup
             if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
                 with watched(watchdog, f"the test pass after epoch {done // steps} (collective)"):
@@ -258,6 +260,7 @@ class PointRun:
                     self.flush()
             if watchdog is not None:
                 watchdog.beat(i)
+        self.sampler.sample_now()  # the timed window closes (before the final test pass)
         self.ran = stop.finish()  # every rank ran this many: all, or up to the agreed stop
         if not steps and self.ran == self.n_iterations:
             self.evals.run(0, self.n_iterations)

@@ -55,6 +55,8 @@ SEED002 = [
     Column("cpu_system", "CPU system %", _num(2)),
     Column("cpu_iowait", "CPU iowait %", _num(2)),
     Column("cpu_total", "CPU total %", _num(2)),
+    Column("rank_cpus", "CPUs per rank", _num(2)),
+    Column("cpu_wait", "CPU wait %", _num(1, 100)),
     Column("mem_avg_mib", "Memory AVG (MiB)", _num(2)),
     Column("mem_max_mib", "Memory MAX (MiB)", _num(2)),
 ]

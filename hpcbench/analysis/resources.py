@@ -5,6 +5,15 @@ its node; the mean is over all samples of all ranks). Memory is per rank: `mem_a
 is the mean over ranks of each rank's mean RSS, `mem_max_mib` the largest RSS any rank
 reached (MiB = 2^20 bytes). Absent sources (NaN, or -1 for counters) are left out; a
 column with no sample at all is NaN.
+
+CPU use of the ranks themselves, over the timed window (from the sample taken when warm-up
+ended to the one taken when the timed loop ended, per rank; schema 5): `rank_cpus` is the
+mean over ranks of the CPUs a rank's threads ran on (Δ`sched_run_ns` / Δt), and `cpu_wait`
+the share of the runnable time of a rank's main thread (its training loop) that it waited
+for a CPU (Δ`main_wait_ns` / (Δ`main_run_ns` + Δ`main_wait_ns`)): its compute ran at
+1 − `cpu_wait` of the speed it would have had with a core to itself. The main thread, not
+all threads: a communication thread that wakes while the loop computes would count waits
+that did not slow the compute. NaN without such samples (older files, no schedstat).
 """
 
 from __future__ import annotations
@@ -15,8 +24,10 @@ MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
-    "gpu_util", "gpu_mem_max_mib", "gpu_power_w",
+    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait",
 ]  # fmt: skip
+SCHED = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
+WINDOW_SLACK_S = 1e-3  # a window sample is read just after the iteration that closes it
 
 
 def _mean(values: np.ndarray) -> float:
@@ -24,11 +35,52 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else float("nan")
 
 
-def resource_row(resources: np.ndarray) -> dict[str, float]:
-    """Per-point resource columns from the `resources` table rows of all ranks."""
+def _window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, np.void] | None:
+    """A rank's samples that open and close its timed window, or None."""
+    timed = iterations[iterations["warmup"] == 0]
+    if timed.size == 0 or samples.size == 0:
+        return None
+    before = samples[samples["t"] <= timed["t_start"][0] + WINDOW_SLACK_S]
+    after = samples[samples["t"] >= timed["t_end"][-1] - WINDOW_SLACK_S]
+    if before.size == 0 or after.size == 0:
+        return None
+    return before[np.argmax(before["t"])], after[np.argmin(after["t"])]
+
+
+def _rank_use(a: np.void, b: np.void) -> tuple[float, float]:
+    """(CPUs the process ran on, its main thread's wait share) between two samples; NaN
+    where a counter is absent or went back (threads ended)."""
+    nan = float("nan")
+    span = float(b["t"] - a["t"])
+    if span <= 0:
+        return nan, nan
+    run = int(b["sched_run_ns"]) - int(a["sched_run_ns"])
+    cpus = run / 1e9 / span if min(a["sched_run_ns"], b["sched_run_ns"]) >= 0 and run > 0 else nan
+    main_run = int(b["main_run_ns"]) - int(a["main_run_ns"])
+    main_wait = int(b["main_wait_ns"]) - int(a["main_wait_ns"])
+    ok = min(a["main_run_ns"], a["main_wait_ns"]) >= 0 and main_run > 0 and main_wait >= 0
+    return cpus, main_wait / (main_run + main_wait) if ok else nan
+
+
+def sched_row(resources: np.ndarray, iterations: np.ndarray) -> dict[str, float]:
+    """`rank_cpus` and `cpu_wait` of a point: means over the ranks that measured them."""
+    uses = []
+    if len(resources) and set(SCHED) <= set(resources.dtype.names or ()):
+        for r in range(iterations.shape[0]):
+            window = _window(resources[resources["rank"] == r], iterations[r])
+            if window is not None:
+                uses.append(_rank_use(*window))
+    return {"rank_cpus": _mean(np.array([u[0] for u in uses])), "cpu_wait": _mean(np.array([u[1] for u in uses]))}
+
+
+def resource_row(resources: np.ndarray, iterations: np.ndarray | None = None) -> dict[str, float]:
+    """Per-point resource columns from the `resources` table rows of all ranks (and, given the
+    point's iterations, its ranks' CPU use over the timed window)."""
     row = dict.fromkeys(RESOURCE_COLUMNS, float("nan"))
     if len(resources) == 0:
         return row
+    if iterations is not None:
+        row.update(sched_row(resources, iterations))
     user = resources["cpu_user"].astype(float)
     system = resources["cpu_system"].astype(float)
     iowait = resources["cpu_iowait"].astype(float)

@@ -47,7 +47,12 @@ import numpy as np
 #                       SIGINT, SIGUSR1/2: cancelled, requeued, preempted, time limit), agreed on
 #                       an iteration and stopped there together, every row up to it written
 #                       (iterations_written = that iteration on every rank); resumable, not failed.
-SCHEMA_VERSION = 4
+#   5 (hpcbench 0.5.0): resources.sched_run_ns / sched_wait_ns (the rank process's CPU time and
+#                       run-queue wait, all its threads, Linux schedstat) and main_run_ns /
+#                       main_wait_ns (its main thread's); a sample is also taken when warm-up ends
+#                       and when the timed loop ends. Readers treat the columns as absent in
+#                       older files.
+SCHEMA_VERSION = 5
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -102,6 +107,13 @@ RESOURCE_DTYPE = np.dtype(
         ("gpu_sm_clock_mhz", "<f4"),
         ("ib_rx_bytes", "<i8"),  # port counters summed over the node's InfiniBand ports
         ("ib_tx_bytes", "<i8"),
+        # the rank process's threads, summed (/proc/self/task/*/schedstat), cumulative: time
+        # on a CPU, and time runnable but waiting for one (-1: not Linux, or no schedstat);
+        # main_*: the same of the rank's main thread (its training loop)
+        ("sched_run_ns", "<i8"),
+        ("sched_wait_ns", "<i8"),
+        ("main_run_ns", "<i8"),
+        ("main_wait_ns", "<i8"),
     ]
 )
 

@@ -24,6 +24,13 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
   port of every device under ``/sys/class/infiniband`` (RoCE devices appear there too),
   converted to bytes. The counters are cumulative since the HCA was reset: rates are the
   differences between rows.
+- ``sched_run_ns`` / ``sched_wait_ns``: the rank process's threads' time on a CPU and time
+  runnable but waiting for one, summed over ``/proc/self/task/*/schedstat`` (Linux), ns,
+  cumulative; ``main_run_ns`` / ``main_wait_ns`` the same of the thread that built the
+  sampler (the rank's training loop). Their differences between two rows say how many CPUs
+  the rank ran on and what share of the time its loop wanted a CPU it waited for one (the
+  cost of CPU contention). A thread that ends takes its counts with it: a difference of the
+  process's sums can be negative when threads came and went, and is read as unknown.
 
 A source that is missing (no psutil, no NVML library or GPU, no InfiniBand) gives NaN
 (float columns) or -1 (integer columns) and ``sources[name] = "absent: <reason>"``; nothing
@@ -41,6 +48,7 @@ are overwritten: the newest ``capacity`` are kept and ``dropped`` counts the los
 from __future__ import annotations
 
 import math
+import os
 import sys
 import threading
 import time
@@ -53,6 +61,7 @@ import numpy as np
 from hpcbench.store.schema import RESOURCE_DTYPE
 
 _CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait")
+_SCHED_COLUMNS = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 _GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
 _GUEST_FIELDS = ("guest", "guest_nice") if sys.platform.startswith("linux") else ()
 _IB_WORD_BYTES = 4  # port_rcv_data / port_xmit_data count 32-bit words (IB PortRcvData / PortXmitData)
@@ -64,11 +73,36 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def read_schedstat(path: str) -> tuple[int, int]:
+    """(run ns, run-queue wait ns): the first two fields of a thread's `schedstat`."""
+    with open(path, "rb") as f:
+        fields = f.read().split()
+    return int(fields[0]), int(fields[1])
+
+
+def sum_schedstat(tasks: Path) -> tuple[int, int]:
+    """(run ns, run-queue wait ns) summed over the threads under `tasks` (/proc/PID/task):
+    the first two fields of each thread's `schedstat`. A thread that ends while it is read is
+    left out; no thread at all raises OSError."""
+    run = wait = seen = 0
+    for task in os.scandir(tasks):
+        try:
+            r, w = read_schedstat(os.path.join(task.path, "schedstat"))
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
+            continue
+        run += r
+        wait += w
+        seen += 1
+    if not seen:
+        raise OSError(f"no thread schedstat under {tasks}")
+    return run, wait
+
+
 class Sampler:
     """Samples CPU, memory, GPU and InfiniBand counters of one rank in a background thread.
 
     Attributes:
-        sources: how each source ("cpu", "gpu", "ib") is read, or ``"absent: <reason>"``.
+        sources: how each source ("cpu", "gpu", "ib", "sched") is read, or ``"absent: <reason>"``.
         errors: number of failures while reading a source (each also noted in `sources`).
         dropped: rows overwritten in the ring before a `drain` could return them.
     """
@@ -82,6 +116,7 @@ class Sampler:
         gpu_index: int | None = None,
         capacity: int = 4096,
         ib_root: str = "/sys/class/infiniband",
+        sched_root: str = "/proc/self/task",
     ) -> None:
         if not period_s > 0:
             raise ValueError(f"period_s must be > 0, got {period_s!r}")
@@ -112,6 +147,7 @@ class Sampler:
         self._open_cpu()
         self._open_gpu(gpu_index)
         self._open_ib(ib_root)
+        self._open_sched(sched_root)
 
     # --- sources ---------------------------------------------------------------------------
 
@@ -205,6 +241,18 @@ class Sampler:
         else:
             self._set_source("ib", f"sysfs: {len(self._ib_rx)} port(s) under {ib_root}")
 
+    def _open_sched(self, root: str) -> None:
+        self._sched_root: Path | None = None
+        self._sched_main = os.path.join(root, str(threading.get_native_id()), "schedstat")
+        try:
+            sum_schedstat(Path(root))
+            read_schedstat(self._sched_main)
+        except (OSError, ValueError, IndexError) as exc:
+            self._set_source("sched", f"absent: {_describe(exc)}")
+            return
+        self._sched_root = Path(root)
+        self._set_source("sched", f"schedstat: {root}/*/schedstat, main thread {self._sched_main}")
+
     @staticmethod
     def _sum_counters(paths: list[str]) -> int:
         total = 0
@@ -229,6 +277,7 @@ class Sampler:
         self._read_cpu(row)
         self._read_gpu(row)
         self._read_ib(row)
+        self._read_sched(row)
         with self._lock:
             if self._written - self._read >= self.capacity:  # full: the oldest row goes
                 self._read += 1
@@ -276,6 +325,17 @@ class Sampler:
                 row[column] = read()
             except Exception as exc:  # noqa: BLE001 - any NVMLError: this row's value stays NaN / -1
                 self._note_error("gpu", exc)
+
+    def _read_sched(self, row: Any) -> None:
+        for column in _SCHED_COLUMNS:
+            row[column] = -1
+        if self._sched_root is None:
+            return
+        try:
+            row["sched_run_ns"], row["sched_wait_ns"] = sum_schedstat(self._sched_root)
+            row["main_run_ns"], row["main_wait_ns"] = read_schedstat(self._sched_main)
+        except (OSError, ValueError, IndexError) as exc:  # the main thread ended: counts unknown
+            self._note_error("sched", exc)
 
     def _read_ib(self, row: Any) -> None:
         if not self._ib_rx and not self._ib_tx:

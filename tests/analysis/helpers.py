@@ -50,11 +50,26 @@ def comm_rows(rows: Sequence[tuple[int, int, int, float, float]], op: bytes = b"
     return out
 
 
+def sched_rows(ranks: int, t_open: float, t_close: float, wait: float, cpus: float = 1.0) -> np.ndarray:
+    """Two samples per rank around its timed window (t_open, t_close) whose schedstat counters
+    say: the process ran on `cpus` CPUs, its main thread waited a share `wait` of its runnable
+    time (it ran (1 - wait) of the window)."""
+    out = np.zeros(2 * ranks, dtype=RESOURCE_DTYPE)
+    span = t_close - t_open
+    for r in range(ranks):
+        for k, (t, scale) in enumerate(((t_open, 0.0), (t_close, 1.0))):
+            main_run = scale * span * (1 - wait)
+            out[2 * r + k] = (r, t, 50.0, 0.0, 0.0, 2**26, np.nan, -1, np.nan, np.nan, -1, -1,
+                              int(1e9 * scale * span * cpus), 0, int(1e9 * main_run),
+                              int(1e9 * main_run * wait / (1 - wait)))  # fmt: skip
+    return out
+
+
 def resource_rows(rows: Sequence[tuple[int, float, float, float, int]]) -> np.ndarray:
-    """(rank, cpu_user, cpu_system, cpu_iowait, rss_bytes) -> RESOURCE_DTYPE rows without a GPU."""
+    """(rank, cpu_user, cpu_system, cpu_iowait, rss_bytes) -> RESOURCE_DTYPE rows without a GPU or schedstat."""
     out = np.zeros(len(rows), dtype=RESOURCE_DTYPE)
     for i, (rank, user, system, iowait, rss) in enumerate(rows):
-        out[i] = (rank, float(i), user, system, iowait, rss, np.nan, -1, np.nan, np.nan, -1, -1)
+        out[i] = (rank, float(i), user, system, iowait, rss, np.nan, -1, np.nan, np.nan, -1, -1, -1, -1, -1, -1)
     return out
 
 

@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcbench.analysis import metrics
+from hpcbench.analysis import metrics, resources
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from tests.conftest import run_module, spec_text
@@ -74,6 +74,16 @@ def test_resource_samples_are_plausible_and_on_the_iteration_clock(
             assert ((mine[column] >= 0) & (mine[column] <= 100)).all(), column
         assert (mine["rss_bytes"] > 50 * 2**20).all()  # a process with torch loaded
         assert np.isnan(mine["gpu_util"]).all() and (mine["gpu_mem_bytes"] == -1).all()  # no GPU here
+        # the timed window has a sample at each end: when warm-up ended, when the loop ended
+        it = data.iterations[r]
+        assert ((mine["t"] >= it["t_end"][0]) & (mine["t"] <= it["t_start"][1])).any()  # warmup: 1
+        assert ((mine["t"] >= it["t_end"][-1]) & (mine["t"] <= it["t_end"][-1] + 1.0)).any()
+        # the loop's thread never ends: its schedstat counters only grow
+        for column in ("main_run_ns", "main_wait_ns", "sched_run_ns"):
+            assert (mine[column] >= 0).all() and (np.diff(mine[column]) >= 0).all(), column
+        assert (mine["sched_run_ns"] >= mine["main_run_ns"]).all()  # the process's threads include it
+    use = resources.sched_row(res, data.iterations)
+    assert 0 < use["rank_cpus"] <= 2.5 and 0 <= use["cpu_wait"] < 1
 
 
 PHASE_S = {"data_s": 0.010, "h2d_s": 0.004, "forward_s": 0.020, "backward_s": 0.030, "update_s": 0.006}

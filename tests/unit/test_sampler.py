@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,9 +48,12 @@ def make(
     gpu_index: int | None = None,
     capacity: int = 4096,
     ib_root: str = NO_IB,
+    sched_root: str = "/proc/self/task",
 ) -> Sampler:
     """A rank-3 sampler on the test's clock (no InfiniBand unless ib_root says so)."""
-    s = Sampler(3, period_s, clock[0], clock[1], gpu_index=gpu_index, capacity=capacity, ib_root=ib_root)
+    s = Sampler(
+        3, period_s, clock[0], clock[1], gpu_index=gpu_index, capacity=capacity, ib_root=ib_root, sched_root=sched_root
+    )
     made.append(s)
     return s
 
@@ -275,3 +279,48 @@ def test_misuse_is_refused(samplers: list[Sampler], clock: tuple[int, int]) -> N
     s.stop()
     with pytest.raises(RuntimeError):
         s.start()
+
+
+def test_schedstat_counts_the_loops_thread_and_every_thread(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    """A thread that never sleeps is on a CPU or waiting for one for all of its wall time,
+    however busy the machine: the main thread's run + wait covers its busy spell, and the
+    process's sums also cover another thread's (one at a time: Python threads that spin
+    together take turns at the interpreter lock, and sleep while they wait for it)."""
+    s = make(samplers, clock)
+    assert s.sources["sched"].startswith("schedstat: ")
+    s.sample_now()
+    busy(0.3)
+    s.sample_now()
+    spun, release = threading.Event(), threading.Event()
+
+    def spin_then_sleep() -> None:
+        busy(0.3)
+        spun.set()
+        release.wait()  # alive at the next sample: a thread that ends takes its counts with it
+
+    other = threading.Thread(target=spin_then_sleep)
+    other.start()
+    spun.wait()  # the main thread sleeps meanwhile
+    s.sample_now()
+    release.set()
+    other.join()
+    a, b, c = s.drain()
+
+    def runnable(x: np.void, y: np.void, prefix: str) -> float:
+        return (
+            float(y[f"{prefix}_run_ns"] - x[f"{prefix}_run_ns"] + y[f"{prefix}_wait_ns"] - x[f"{prefix}_wait_ns"]) / 1e9
+        )
+
+    assert 0.3 * 0.95 <= runnable(a, b, "main") <= float(b["t"] - a["t"]) + 1e-3
+    assert runnable(b, c, "main") < 0.1  # it slept meanwhile
+    assert runnable(b, c, "sched") - runnable(b, c, "main") >= 0.3 * 0.95  # the other thread's spell
+    assert (b["main_run_ns"] <= b["sched_run_ns"]) and (c["main_run_ns"] <= c["sched_run_ns"])
+
+
+def test_no_schedstat_is_absent_not_an_error(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock, sched_root="/nonexistent/proc/self/task")
+    assert s.sources["sched"].startswith("absent: ")
+    s.sample_now()
+    (row,) = s.drain()
+    assert [int(row[c]) for c in ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")] == [-1] * 4
+    assert s.errors == 0

@@ -69,6 +69,7 @@ MESSAGES = (
     Column("t_end_ns", pa.int64(), "ns", f"completion seen, {_SINCE_EPOCH}", "delta"),
 )
 
+SCHED = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 RESOURCES = (
     POINT,
     RANK,
@@ -83,6 +84,10 @@ RESOURCES = (
     Column("gpu_sm_clock_mhz", pa.float32(), "MHz", "GPU SM clock; null without a GPU", "split"),
     Column("ib_rx_bytes", pa.int64(), "bytes", "InfiniBand bytes received (node's ports); null without", "delta"),
     Column("ib_tx_bytes", pa.int64(), "bytes", "InfiniBand bytes sent (node's ports); null without", "delta"),
+    Column("sched_run_ns", pa.int64(), "ns", "CPU time of the rank's threads, cumulative; null without", "delta"),
+    Column("sched_wait_ns", pa.int64(), "ns", "their run-queue wait for a CPU, cumulative; null without", "delta"),
+    Column("main_run_ns", pa.int64(), "ns", "CPU time of the rank's main thread, cumulative; null without", "delta"),
+    Column("main_wait_ns", pa.int64(), "ns", "its run-queue wait for a CPU, cumulative; null without", "delta"),
 )
 
 EVALUATIONS = (
@@ -172,8 +177,9 @@ def resource_chunks(p: PointData) -> Iterator[Any]:
             arrays[f"{name}_pct"] = floats(rows[name])
         for name in ("gpu_power_w", "gpu_sm_clock_mhz"):
             arrays[name] = floats(rows[name])
-        for name in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes"):
-            arrays[name] = counter(rows[name])
+        for name in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *SCHED):
+            # the schedstat columns are absent from files before schema 5: null there
+            arrays[name] = counter(rows[name] if name in (rows.dtype.names or ()) else np.full(len(rows), -1))
         yield table(RESOURCES, arrays)
 
 

@@ -1,0 +1,48 @@
+"""The ranks' CPU use over the timed window, from their schedstat samples (resources.sched_row):
+known counters in, known CPUs and wait shares out."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from hpcbench.analysis import resources
+from hpcbench.store.schema import RESOURCE_DTYPE
+from tests.analysis.helpers import iterations, sched_rows
+
+
+def test_cpus_and_wait_share_over_the_timed_window() -> None:
+    it = iterations(2, 12, warmup=2, forward=0.2)  # iteration i: [i, i + 0.2]; timed: 2..11
+    rows = sched_rows(2, 1.5, 11.4, wait=0.25, cpus=1.6)
+    # samples outside the window are not used: one before it opens, one after it closes
+    early, late = rows[0].copy(), rows[1].copy()
+    early["t"], late["t"] = 0.5, 30.0
+    late["main_wait_ns"] *= 10
+    use = resources.sched_row(np.concatenate([rows, [early, late]]), it)
+    assert use["rank_cpus"] == pytest.approx(1.6, rel=1e-6)
+    assert use["cpu_wait"] == pytest.approx(0.25, rel=1e-6)
+
+
+def test_unknown_when_counters_go_back_or_are_absent() -> None:
+    it = iterations(1, 6, warmup=1, forward=0.2)
+    rows = sched_rows(1, 0.5, 5.5, wait=0.1)
+    rows[1]["sched_run_ns"] = rows[0]["sched_run_ns"] - 1  # a thread ended: the process's sum fell
+    use = resources.sched_row(rows, it)
+    assert math.isnan(use["rank_cpus"]) and use["cpu_wait"] == pytest.approx(0.1, rel=1e-6)
+    rows["main_run_ns"] = -1  # no schedstat
+    assert math.isnan(resources.sched_row(rows, it)["cpu_wait"])
+    # a file from before schema 5 has no such columns; no sample at the window's start: unknown too
+    old = np.dtype([(n, RESOURCE_DTYPE[n]) for n in RESOURCE_DTYPE.names or () if n not in resources.SCHED])
+    assert all(math.isnan(v) for v in resources.sched_row(np.zeros(2, dtype=old), it).values())
+    late = sched_rows(1, 1.5, 5.5, wait=0.1)  # opens after the first timed iteration began
+    assert all(math.isnan(v) for v in resources.sched_row(late, it).values())
+
+
+def test_resource_row_carries_them_beside_the_cpu_percentages() -> None:
+    it = iterations(2, 4, warmup=1, forward=0.2)
+    row = resources.resource_row(sched_rows(2, 0.9, 3.3, wait=0.5, cpus=0.5), it)
+    assert row["rank_cpus"] == pytest.approx(0.5) and row["cpu_wait"] == pytest.approx(0.5)
+    assert row["cpu_user"] == pytest.approx(50.0)
+    assert set(resources.RESOURCE_COLUMNS) == set(row)
