@@ -25,8 +25,17 @@ C_eff is fitted from two measured placements with the same threads where the sma
 runs a single thread-load (k·t = 1, so it cannot be slowed by sharing):
 C_eff = k_b·t / (compute_b / compute_a), clipped to [1, C] (`fit_effective_cores`); a
 slowdown under 5 % is no contention seen, and C stands. Where no such pair was measured,
-C_eff = C and the prediction says so: compute measured with several ranks per host cannot
-tell how fast one rank alone would be.
+C_eff = C and the prediction says so, unless the scheduler was asked (below).
+
+The scheduler says it directly where the point file has the run-queue wait of the ranks'
+training loops (schema 5, `cpu_wait` in resources.py): a loop that waited a share w of its
+runnable time for a CPU ran its compute at 1 − w of the speed it wanted, which is what an
+oversubscription of 1 / (1 − w) means, so C_eff = k·t·(1 − w), clipped to [1, C]
+(`effective_cores_from_wait`), for a placement of several thread-loads (k·t > 1) with w of
+5 % or more. This tells how fast one rank alone would be from several ranks per host; it is
+used where no measured pair gives C_eff. Where the compute runs on a framework's own threads
+(JAX's XLA pool) and the loop waits for them, the loop's wait is theirs too: it runs only
+when they hand it work.
 
 On CPU the collectives are driven by the ranks' own threads: a ring step ends when the
 receiving rank's thread has run. On an oversubscribed host the cores are busy with other
@@ -112,6 +121,15 @@ def fit_effective_cores(a: Placement, b: Placement, compute_a: float, compute_b:
     if compute_a <= 0 or compute_b <= 0 or compute_b / compute_a <= 1 + SLOWDOWN_SEEN:
         return None  # no slowdown seen: only a lower bound on C_eff; the CPU count stands
     return min(max(load_b / (compute_b / compute_a), 1.0), float(a.cores))
+
+
+def effective_cores_from_wait(a: Placement, wait: float) -> float | None:
+    """C_eff = k·t·(1 − w) from placement a's measured run-queue wait share w, clipped to
+    [1, C]; None for a single thread-load, a wait under 5 % or none measured."""
+    load = a.ranks_per_host * a.threads
+    if load <= 1 or a.cores <= 0 or not SLOWDOWN_SEEN <= wait < 1:
+        return None
+    return min(max(load * (1 - wait), 1.0), float(a.cores))
 
 
 def _threads(p: PointData) -> int:

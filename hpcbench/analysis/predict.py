@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -41,6 +42,7 @@ from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
 from hpcbench.analysis.contention import (
     Placement,
     compute_scale,
+    effective_cores_from_wait,
     exchange_wait,
     fit_effective_cores,
     fit_phi,
@@ -119,6 +121,13 @@ class Derived:
         self._messages: dict[str, np.ndarray] = {}
         self._costs: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._placements: dict[str, Placement] = {}
+
+    def cpu_wait(self, p: PointData) -> float:
+        """The share of its runnable time that the point's training loop waited for a CPU
+        (resources.py; NaN: not measured)."""
+        if self.stats is None or "cpu_wait" not in self.stats.columns or p.point_id not in self.stats.index:
+            return math.nan
+        return float(cast(float, self.stats.loc[p.point_id, "cpu_wait"]))
 
     def compute_s(self, p: PointData) -> float:
         """The point's compute phases per sample (s)."""
@@ -202,6 +211,11 @@ def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[floa
         if cores is not None:
             source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
             return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", p.point_id
+    wait = derived.cpu_wait(base)
+    cores = effective_cores_from_wait(a, wait)
+    if cores is not None:
+        source = f"from the run-queue wait of {base.point_id} ({a.ranks_per_host} ranks per host waited {wait:.0%})"
+        return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", None
     return 0.0, "not measured (no one-rank and several-rank calibration points): the CPU count", None
 
 

@@ -60,6 +60,30 @@ def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]
     return ""
 
 
+CPU_WAIT_SEEN = 0.10  # a run-queue wait share from which the ranks visibly lacked cores
+
+
+def _wait_note(row: pd.Series, where: Placement) -> str:
+    """What the scheduler saw: a held-out point whose training loops waited for a CPU although
+    the model counted no more threads than cores shared its cores with threads it did not
+    count (a framework's own thread pool, MPI's polling, Horovod's background thread, other
+    jobs)."""
+    wait = float(row.get("cpu_wait", math.nan))
+    if not wait >= CPU_WAIT_SEEN:
+        return ""
+    cpus = float(row.get("rank_cpus", math.nan))
+    ran = f"; each ran on {cpus:.2f} CPUs" if math.isfinite(cpus) else ""
+    counted = f"{where.ranks_per_host} rank(s) × {where.threads} thread(s) on {where.cores:g} cores"
+    waited = f"the training loops waited {wait:.0%} of their runnable time for a CPU"
+    if where.oversubscribed:
+        return f"{waited} ({counted}{ran})"
+    return f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs){ran}"
+
+
+def _notes(cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series) -> str:
+    return "; ".join(n for n in (_note(cal, where, train), _wait_note(row, where)) if n)
+
+
 def _held_out_group(
     group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None, derived: predict.Derived
 ) -> list[dict[str, object]]:
@@ -82,8 +106,8 @@ def _held_out_group(
                 continue
             measured = float(row["t_iter_s"])
             error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
-            rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter,
-                         "rel_error": error, **_residuals(row, pred), "note": _note(cal, where, train)})  # fmt: skip
+            rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter, "rel_error": error,
+                         **_residuals(row, pred), "note": _notes(cal, where, train, row)})  # fmt: skip
     return rows
 
 

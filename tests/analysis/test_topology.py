@@ -15,6 +15,7 @@ from hpcbench.analysis import model, tables, validate
 from hpcbench.analysis.contention import (
     Placement,
     compute_scale,
+    effective_cores_from_wait,
     exchange_wait,
     fit_effective_cores,
     fit_phi,
@@ -24,7 +25,7 @@ from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
 from hpcbench.workloads.costs import backward_order, tensor_costs
-from tests.analysis.helpers import iterations, model_point
+from tests.analysis.helpers import iterations, model_point, sched_rows
 
 INTRA = co.LinkCost(alpha=1e-6, beta=1e-10)  # 10 GB/s, 1 µs
 INTER = co.LinkCost(alpha=2e-5, beta=1e-9)  # 1 GB/s, 20 µs
@@ -142,6 +143,12 @@ def test_effective_cores_from_one_rank_and_several() -> None:
     assert fit_effective_cores(two, four, 1.0, 2.0) is None  # no single thread-load: cannot tell
     assert fit_effective_cores(Placement(1, 2, 2), four, 1.0, 2.0) is None  # other threads
     assert compute_scale(Placement(1, 1, 1.25), Placement(4, 1, 1.25), phi=0) == pytest.approx(3.2)
+    # the scheduler's word instead: a loop that waited 37.5 % of its runnable time ran at 0.625 speed
+    assert effective_cores_from_wait(two, 0.375) == pytest.approx(1.25)
+    assert effective_cores_from_wait(four, 0.9) == 1.0  # clipped to one core
+    assert effective_cores_from_wait(two, 0.03) is None  # under 5 %: no contention seen
+    assert effective_cores_from_wait(alone, 0.5) is None  # one thread-load cannot be slowed by sharing
+    assert effective_cores_from_wait(two, math.nan) is None  # not measured
 
 
 def test_an_oversubscribed_exchange_waits_half_the_kernels_slice_per_ring_step() -> None:
@@ -243,3 +250,29 @@ def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp
     # 1 rank from 2 and 4 cannot know C_eff: the CPU count is assumed, the miss is said
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
     assert "effective cores not measured" in str(held.loc[1, "note"])
+
+
+def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_path: Path) -> None:
+    """The same host worth 1.25 cores, its point files holding what the scheduler saw: each
+    loop waited 1 - 1 / slowdown of its runnable time (2 ranks: 37.5 %, 4 ranks: 68.75 %).
+    One rank held out is now predicted from 2 and 4 exactly, and the note names the wait."""
+    cores = 1.25
+    truth = {}
+    for n in (1, 2, 4):
+        scale = max(1.0, n / cores)
+        it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
+        point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
+        provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
+        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale)
+        write_point_file(tmp_path / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
+                         provenance=provenance)  # fmt: skip
+        truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
+    analysis = tables.analyse(tmp_path)
+    held = analysis.held_out.set_index("ranks")
+    for n in (1, 2, 4):
+        assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
+    assert "extrapolated" not in analysis.headlines[0]
+    assert "waited 38% of their runnable time for a CPU although 2 rank(s) × 1 thread(s) on 2 cores fit" in str(
+        held.loc[2, "note"]
+    )
+    assert analysis.stats.set_index("ranks").loc[4, "cpu_wait"] == pytest.approx(0.6875, rel=1e-6)
