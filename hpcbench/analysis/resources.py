@@ -62,15 +62,24 @@ def _rank_use(a: np.void, b: np.void) -> tuple[float, float]:
     return cpus, main_wait / (main_run + main_wait) if ok else nan
 
 
+def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
+    """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share], NaN
+    where not measured."""
+    out = np.full((iterations.shape[0], 2), np.nan)
+    if len(resources) and set(SCHED) <= set(resources.dtype.names or ()):
+        by_rank = resources[np.argsort(resources["rank"], kind="stable")]  # one sort, then a slice per rank
+        edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
+        for r in range(iterations.shape[0]):
+            window = _window(by_rank[edges[r] : edges[r + 1]], iterations[r])
+            if window is not None:
+                out[r] = _rank_use(*window)
+    return out
+
+
 def sched_row(resources: np.ndarray, iterations: np.ndarray) -> dict[str, float]:
     """`rank_cpus` and `cpu_wait` of a point: means over the ranks that measured them."""
-    uses = []
-    if len(resources) and set(SCHED) <= set(resources.dtype.names or ()):
-        for r in range(iterations.shape[0]):
-            window = _window(resources[resources["rank"] == r], iterations[r])
-            if window is not None:
-                uses.append(_rank_use(*window))
-    return {"rank_cpus": _mean(np.array([u[0] for u in uses])), "cpu_wait": _mean(np.array([u[1] for u in uses]))}
+    use = rank_use(resources, iterations)
+    return {"rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1])}
 
 
 def resource_row(resources: np.ndarray, iterations: np.ndarray | None = None) -> dict[str, float]:

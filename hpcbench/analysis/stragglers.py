@@ -28,7 +28,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import exposure, whatif
+from hpcbench.analysis import exposure, resources, whatif
 from hpcbench.analysis.timed import BLOCK_PHASES, Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
@@ -36,12 +36,13 @@ from hpcbench.store.schema import COMPUTE_PHASES
 PHASES = BLOCK_PHASES  # the compute phases, then comm: time in the exchange after backward, waiting included
 ROW_PHASES = (*PHASES, "compute")
 HEADLINE_COST_PCT = 5.0
+CPU_WAIT_GAP = 0.10  # a rank's loop waiting this much more for a CPU than the median rank's: its cores were taken
 HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
 
 STRAGGLER_COLUMNS = [
     "point", "rank", "host", "local_rank", "phase", "phase_s", "median_rank_s", "excess_s", "excess_pct",
     "slowest_share", "slowest_iterations", "median_excess_s", "median_excess_pct", "through", "cost_pct",
-    "whatif_t_iter_s", "t_iter_s",
+    "whatif_t_iter_s", "t_iter_s", "cpu_wait",
 ]  # fmt: skip
 WHATIF_COLUMNS = ["point", "scenario", "rank", "host", "t_iter_s", "throughput", "saving_pct"]
 SCENARIOS = ["measured", "all ranks at median speed", "communication hidden"]  # then each slow rank
@@ -195,6 +196,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
         "excess_pct": 100.0 * (typical["compute"] / med_compute - 1.0), "slowest_share": count / max(n, 1),
         "slowest_iterations": count, "median_excess_s": median_excess, "median_excess_pct": 100.0 * median_relative,
         "through": top_phase, "cost_pct": cost, "whatif_t_iter_s": without,
+        "cpu_wait": resources.rank_use(p.resources, p.iterations)[:n_ranks, 1],
     }  # fmt: skip
     buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).bucket_columns
     return PointStragglers(p.point_id, p.point.label(), ranks, _rows(p.point_id, ranks, typical, t_iter),
@@ -220,7 +222,7 @@ def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter:
         "t_iter_s": np.full(n * k, t_iter),
     }
     for key in ("rank", "host", "local_rank", "slowest_share", "slowest_iterations", "median_excess_s",
-                "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s"):  # fmt: skip
+                "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s", "cpu_wait"):  # fmt: skip
         columns[key] = np.concatenate([ranks[key]] * k)  # np.tile's result, without its overhead
     return columns
 
@@ -306,8 +308,22 @@ def headline(points: list[PointStragglers]) -> str:
     return (
         f"Straggler: rank {int(col['rank'][r])} on host {col['host'][r]} costs {cost:.1f} % of point "
         f"{ps.point_id}'s iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(col['whatif_t_iter_s'][r]) * 1e3:.2f} "
-        f"ms with it at the median rank's speed), slowest mostly through {col['through'][r] or 'compute'}{more} "
-        "(stragglers.csv)."
+        f"ms with it at the median rank's speed), slowest mostly through {col['through'][r] or 'compute'}"
+        f"{_waited(col['cpu_wait'], r)}{more} (stragglers.csv)."
+    )
+
+
+def _waited(waits: np.ndarray, r: int) -> str:
+    """', its loop waited ... for a CPU' when the scheduler saw the rank wait more than the median rank."""
+    known = waits[np.isfinite(waits)]
+    if not np.isfinite(waits[r]) or known.size < 2:
+        return ""
+    typical = float(np.median(known))
+    if waits[r] - typical < CPU_WAIT_GAP:
+        return ""
+    return (
+        f", and its training loop waited {waits[r]:.0%} of its runnable time for a CPU (the median rank's "
+        f"{typical:.0%}): something else held its cores"
     )
 
 

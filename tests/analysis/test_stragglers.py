@@ -16,7 +16,7 @@ from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
 from hpcbench.store.schema import COMM_DTYPE
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import comm_rows, iterations
+from tests.analysis.helpers import comm_rows, iterations, sched_rows
 from tests.conftest import run_module
 
 BASE = {"data": 0.002, "h2d": 0.001, "forward": 0.010, "backward": 0.020, "update": 0.003}  # 36 ms of compute
@@ -79,6 +79,24 @@ def test_a_known_straggler_is_named_with_its_phase_cost_and_what_if(tmp_path: Pa
     assert num(scenarios, "communication hidden", "t_iter_s") == pytest.approx(t_with - E, rel=1e-6)
     assert num(scenarios, "measured", "throughput") == pytest.approx(5 * Point().batch_size / t_with)
     assert "rank 3 on host node0" in stragglers.headline([ps])
+
+
+def test_a_straggler_whose_loop_waited_for_a_cpu_is_said_to_have_lost_its_cores(tmp_path: Path) -> None:
+    a = synchronous(5, 40, {3: {"forward": 3.0}})
+    t_open, t_close = float(a["t_start"][0, 0]) - 0.01, float(a["t_end"][0, -1]) + 0.01
+    waits = [0.05, 0.02, 0.08, 0.55, 0.04]  # rank 3's loop waited 55 % of its runnable time
+    samples = np.concatenate([sched_rows(1, t_open, t_close, wait=w) for w in waits])
+    samples["rank"] = np.repeat(np.arange(5), 2)
+    point = Point(framework="torch", backend="gloo", ranks_per_node=5)
+    ps = stragglers.attribute(read_point(write_point_file(tmp_path / "p.h5", point, a, resources=samples)))
+    assert ps.ranks["cpu_wait"].to_numpy() == pytest.approx(waits, rel=1e-6)
+    assert num(ps.rows.set_index(["rank", "phase"]), (3, "compute"), "cpu_wait") == pytest.approx(0.55, rel=1e-6)
+    line = stragglers.headline([ps])
+    assert "rank 3 on host node0" in line
+    assert "its training loop waited 55% of its runnable time for a CPU (the median rank's 5%)" in line
+    # without the scheduler's account (files before schema 5) the line says nothing of it
+    old = stragglers.attribute(read_point(fabricated(tmp_path, a)))
+    assert "waited" not in stragglers.headline([old]) and np.isnan(old.ranks["cpu_wait"]).all()
 
 
 def test_two_stragglers_each_cost_only_what_the_other_leaves(tmp_path: Path) -> None:

@@ -138,6 +138,8 @@ def test_a_cpu_bound_process_beside_one_rank_of_a_torch_point_is_found(
     assert num(found, victim, "excess_pct") > 0, found
     assert int(found["excess_pct"].idxmax()) == victim, found
     assert num(found, victim, "cost_pct") > 3, found
+    # and the scheduler says why: the victim's training loop waited for its core, the other's did not as much
+    assert num(found, victim, "cpu_wait") > num(found, 1 - victim, "cpu_wait") + 0.1, found
 
 
 def _found(point: PointData) -> pd.DataFrame:
