@@ -32,10 +32,9 @@ training loops (schema 5, `cpu_wait` in resources.py): a loop that waited a shar
 runnable time for a CPU ran its compute at 1 − w of the speed it wanted, which is what an
 oversubscription of 1 / (1 − w) means, so C_eff = k·t·(1 − w), clipped to [1, C]
 (`effective_cores_from_wait`), for a placement of several thread-loads (k·t > 1) with w of
-5 % or more. This tells how fast one rank alone would be from several ranks per host; it is
-used where no measured pair gives C_eff. Where the compute runs on a framework's own threads
-(JAX's XLA pool) and the loop waits for them, the loop's wait is theirs too: it runs only
-when they hand it work.
+5 % or more, where the loop is what computes (predict.Derived.cpu_wait). This tells how fast
+one rank alone would be from several ranks per host; it is used where no measured pair gives
+C_eff.
 
 On CPU the collectives are driven by the ranks' own threads: a ring step ends when the
 receiving rank's thread has run. On an oversubscribed host the cores are busy with other

@@ -52,6 +52,8 @@ from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, pred
 from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
 from hpcbench.store.reader import PointData
 
+LOOP_COMPUTES = 0.25  # the loop's runnable share within this of the compute share: the loop computes
+
 PREDICTION_COLUMNS = [
     "point", "framework", "backend", "model", "ranks", "batch_size", "seed", "calibration",
     "measured_t_iter_s", "predicted_t_iter_s", "rel_error", "predicted_no_overlap_s", "rel_error_no_overlap",
@@ -124,10 +126,20 @@ class Derived:
 
     def cpu_wait(self, p: PointData) -> float:
         """The share of its runnable time that the point's training loop waited for a CPU
-        (resources.py; NaN: not measured)."""
-        if self.stats is None or "cpu_wait" not in self.stats.columns or p.point_id not in self.stats.index:
+        (resources.py), where the loop is what computes: it was runnable for the compute
+        phases' share of t_iter (or, a loop that polls in the exchange as MPI's does, for
+        the compute's and the exchange's), within LOOP_COMPUTES. NaN otherwise, or not
+        measured: a loop that hands the compute to a framework's own threads (TensorFlow,
+        MXNet, JAX) or process (CNTK) does not wait for a CPU when they do."""
+        columns = ("cpu_wait", "loop_runnable", "t_iter_s", "comm_s")
+        if self.stats is None or not set(columns) <= set(self.stats.columns) or p.point_id not in self.stats.index:
             return math.nan
-        return float(cast(float, self.stats.loc[p.point_id, "cpu_wait"]))
+        wait, runnable, t_iter, comm = (float(cast(float, self.stats.loc[p.point_id, c])) for c in columns)
+        compute = self._compute.get(p.point_id, math.nan)
+        if not t_iter > 0 or not runnable > 0:
+            return math.nan
+        computes = any(abs(runnable * t_iter / busy - 1) <= LOOP_COMPUTES for busy in (compute, compute + comm))
+        return wait if computes else math.nan
 
     def compute_s(self, p: PointData) -> float:
         """The point's compute phases per sample (s)."""

@@ -13,7 +13,11 @@ the share of the runnable time of a rank's main thread (its training loop) that 
 for a CPU (Δ`main_wait_ns` / (Δ`main_run_ns` + Δ`main_wait_ns`)): its compute ran at
 1 − `cpu_wait` of the speed it would have had with a core to itself. The main thread, not
 all threads: a communication thread that wakes while the loop computes would count waits
-that did not slow the compute. NaN without such samples (older files, no schedstat).
+that did not slow the compute. `loop_runnable` is the share of the window that the main
+thread was runnable (running or waiting to run): beside the compute phases' share of
+t_iter it says whether the loop is what computes (about equal), polls in the exchange
+(more) or waits for a framework's own threads or processes (less). NaN without such
+samples (older files, no schedstat).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
-    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait",
+    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable",
 ]  # fmt: skip
 SCHED = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 WINDOW_SLACK_S = 1e-3  # a window sample is read just after the iteration that closes it
@@ -47,25 +51,27 @@ def _window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, np.vo
     return before[np.argmax(before["t"])], after[np.argmin(after["t"])]
 
 
-def _rank_use(a: np.void, b: np.void) -> tuple[float, float]:
-    """(CPUs the process ran on, its main thread's wait share) between two samples; NaN
-    where a counter is absent or went back (threads ended)."""
+def _rank_use(a: np.void, b: np.void) -> tuple[float, float, float]:
+    """(CPUs the process ran on, its main thread's wait share, the share of the time that
+    thread was runnable) between two samples; NaN where a counter is absent or went back
+    (threads ended)."""
     nan = float("nan")
     span = float(b["t"] - a["t"])
     if span <= 0:
-        return nan, nan
+        return nan, nan, nan
     run = int(b["sched_run_ns"]) - int(a["sched_run_ns"])
     cpus = run / 1e9 / span if min(a["sched_run_ns"], b["sched_run_ns"]) >= 0 and run > 0 else nan
     main_run = int(b["main_run_ns"]) - int(a["main_run_ns"])
     main_wait = int(b["main_wait_ns"]) - int(a["main_wait_ns"])
-    ok = min(a["main_run_ns"], a["main_wait_ns"]) >= 0 and main_run > 0 and main_wait >= 0
-    return cpus, main_wait / (main_run + main_wait) if ok else nan
+    if min(a["main_run_ns"], a["main_wait_ns"]) < 0 or main_run <= 0 or main_wait < 0:
+        return cpus, nan, nan
+    return cpus, main_wait / (main_run + main_wait), (main_run + main_wait) / 1e9 / span
 
 
 def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
-    """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share], NaN
-    where not measured."""
-    out = np.full((iterations.shape[0], 2), np.nan)
+    """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
+    share of the window its loop was runnable], NaN where not measured."""
+    out = np.full((iterations.shape[0], 3), np.nan)
     if len(resources) and set(SCHED) <= set(resources.dtype.names or ()):
         by_rank = resources[np.argsort(resources["rank"], kind="stable")]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
@@ -77,9 +83,9 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
 
 
 def sched_row(resources: np.ndarray, iterations: np.ndarray) -> dict[str, float]:
-    """`rank_cpus` and `cpu_wait` of a point: means over the ranks that measured them."""
+    """`rank_cpus`, `cpu_wait` and `loop_runnable` of a point: means over the ranks that measured them."""
     use = rank_use(resources, iterations)
-    return {"rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1])}
+    return {"rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2])}
 
 
 def resource_row(resources: np.ndarray, iterations: np.ndarray | None = None) -> dict[str, float]:

@@ -15,7 +15,7 @@ from tests.analysis.helpers import iterations, sched_rows
 
 def test_cpus_and_wait_share_over_the_timed_window() -> None:
     it = iterations(2, 12, warmup=2, forward=0.2)  # iteration i: [i, i + 0.2]; timed: 2..11
-    rows = sched_rows(2, 1.5, 11.4, wait=0.25, cpus=1.6)
+    rows = sched_rows(2, 1.5, 11.4, wait=0.25, cpus=1.6, runnable=0.8)
     # samples outside the window are not used: one before it opens, one after it closes
     early, late = rows[0].copy(), rows[1].copy()
     early["t"], late["t"] = 0.5, 30.0
@@ -23,6 +23,7 @@ def test_cpus_and_wait_share_over_the_timed_window() -> None:
     use = resources.sched_row(np.concatenate([rows, [early, late]]), it)
     assert use["rank_cpus"] == pytest.approx(1.6, rel=1e-6)
     assert use["cpu_wait"] == pytest.approx(0.25, rel=1e-6)
+    assert use["loop_runnable"] == pytest.approx(0.8, rel=1e-6)
 
 
 def test_unknown_when_counters_go_back_or_are_absent() -> None:

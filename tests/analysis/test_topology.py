@@ -252,10 +252,10 @@ def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp
     assert "effective cores not measured" in str(held.loc[1, "note"])
 
 
-def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_path: Path) -> None:
-    """The same host worth 1.25 cores, its point files holding what the scheduler saw: each
-    loop waited 1 - 1 / slowdown of its runnable time (2 ranks: 37.5 %, 4 ranks: 68.75 %).
-    One rank held out is now predicted from 2 and 4 exactly, and the note names the wait."""
+def host_of_125_cores(directory: Path, runnable: float) -> dict[int, float]:
+    """The sweep above, its point files holding what the scheduler saw: each loop waited
+    1 - 1 / slowdown of its runnable time (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for a
+    share `runnable` of the time (the compute's share is 1)."""
     cores = 1.25
     truth = {}
     for n in (1, 2, 4):
@@ -263,10 +263,16 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
         it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
         point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
         provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
-        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale)
-        write_point_file(tmp_path / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
+        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale, runnable=runnable)
+        write_point_file(directory / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
                          provenance=provenance)  # fmt: skip
         truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
+    return truth
+
+
+def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_path: Path) -> None:
+    """One rank held out is predicted from 2 and 4 exactly, and the notes name the wait."""
+    truth = host_of_125_cores(tmp_path, runnable=1.0)
     analysis = tables.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
@@ -276,3 +282,13 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
         held.loc[2, "note"]
     )
     assert analysis.stats.set_index("ranks").loc[4, "cpu_wait"] == pytest.approx(0.6875, rel=1e-6)
+
+
+def test_a_loop_that_hands_the_compute_to_other_threads_says_nothing_of_their_wait(tmp_path: Path) -> None:
+    """The same sweep, but the loops were runnable 15 % of the time while the compute took all
+    of it (TensorFlow's, MXNet's, JAX's own threads computed): their wait is not the compute's,
+    and one rank held out falls back to the CPU count, with the note that says so."""
+    truth = host_of_125_cores(tmp_path, runnable=0.15)
+    held = tables.analyse(tmp_path).held_out.set_index("ranks")
+    assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
+    assert "effective cores not measured" in str(held.loc[1, "note"])
