@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from hpcbench.store.schema import SCHED_COLUMNS
+
 MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
     "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable",
 ]  # fmt: skip
-SCHED = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 WINDOW_SLACK_S = 1e-3  # a window sample is read just after the iteration that closes it
 
 
@@ -72,7 +73,7 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
     share of the window its loop was runnable], NaN where not measured."""
     out = np.full((iterations.shape[0], 3), np.nan)
-    if len(resources) and set(SCHED) <= set(resources.dtype.names or ()):
+    if len(resources) and set(SCHED_COLUMNS) <= set(resources.dtype.names or ()):
         by_rank = resources[np.argsort(resources["rank"], kind="stable")]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
         for r in range(iterations.shape[0]):

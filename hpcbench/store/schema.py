@@ -116,6 +116,7 @@ RESOURCE_DTYPE = np.dtype(
         ("main_wait_ns", "<i8"),
     ]
 )
+SCHED_COLUMNS = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")  # absent before schema 5
 
 # One row per evaluation of a rank on its shard of the held-out data (after every epoch, or
 # once after training). The point's accuracy at an evaluation is sum(correct) / sum(total)

@@ -58,10 +58,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.store.schema import RESOURCE_DTYPE
+from hpcbench.store.schema import RESOURCE_DTYPE, SCHED_COLUMNS
 
 _CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait")
-_SCHED_COLUMNS = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 _GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
 _GUEST_FIELDS = ("guest", "guest_nice") if sys.platform.startswith("linux") else ()
 _IB_WORD_BYTES = 4  # port_rcv_data / port_xmit_data count 32-bit words (IB PortRcvData / PortXmitData)
@@ -327,7 +326,7 @@ class Sampler:
                 self._note_error("gpu", exc)
 
     def _read_sched(self, row: Any) -> None:
-        for column in _SCHED_COLUMNS:
+        for column in SCHED_COLUMNS:
             row[column] = -1
         if self._sched_root is None:
             return

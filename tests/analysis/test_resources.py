@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from hpcbench.analysis import resources
-from hpcbench.store.schema import RESOURCE_DTYPE
+from hpcbench.store.schema import RESOURCE_DTYPE, SCHED_COLUMNS
 from tests.analysis.helpers import iterations, sched_rows
 
 
@@ -35,7 +35,7 @@ def test_unknown_when_counters_go_back_or_are_absent() -> None:
     rows["main_run_ns"] = -1  # no schedstat
     assert math.isnan(resources.sched_row(rows, it)["cpu_wait"])
     # a file from before schema 5 has no such columns; no sample at the window's start: unknown too
-    old = np.dtype([(n, RESOURCE_DTYPE[n]) for n in RESOURCE_DTYPE.names or () if n not in resources.SCHED])
+    old = np.dtype([(n, RESOURCE_DTYPE[n]) for n in RESOURCE_DTYPE.names or () if n not in SCHED_COLUMNS])
     assert all(math.isnan(v) for v in resources.sched_row(np.zeros(2, dtype=old), it).values())
     late = sched_rows(1, 1.5, 5.5, wait=0.1)  # opens after the first timed iteration began
     assert all(math.isnan(v) for v in resources.sched_row(late, it).values())

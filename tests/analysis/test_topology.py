@@ -229,9 +229,12 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
     assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
 
 
-def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp_path: Path) -> None:
+def host_of_125_cores(directory: Path, runnable: float | None = None) -> dict[int, float]:
     """Single-thread ranks on a 2-CPU host worth 1.25 cores (sibling hardware threads, say):
-    compute grows by max(1, k / 1.25), not max(1, k / 2)."""
+    compute grows by max(1, k / 1.25), not max(1, k / 2). With `runnable`, the point files
+    hold what the scheduler saw: each loop waited 1 - 1 / slowdown of its runnable time
+    (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for that share of the time (the compute's
+    share is 1). The truth: t_iter per rank count."""
     cores = 1.25
     truth = {}
     for n in (1, 2, 4):
@@ -239,8 +242,15 @@ def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp
         it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
         point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
         provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
-        write_point_file(tmp_path / f"{point.id}.h5", point, it, hostnames=["h"] * n, provenance=provenance)
+        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale, runnable=runnable) if runnable is not None else None
+        write_point_file(directory / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
+                         provenance=provenance)  # fmt: skip
         truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
+    return truth
+
+
+def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp_path: Path) -> None:
+    truth = host_of_125_cores(tmp_path)
     analysis = tables.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     assert "extrapolated without the host's effective cores: 1" in analysis.headlines[0]
@@ -252,26 +262,9 @@ def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp
     assert "effective cores not measured" in str(held.loc[1, "note"])
 
 
-def host_of_125_cores(directory: Path, runnable: float) -> dict[int, float]:
-    """The sweep above, its point files holding what the scheduler saw: each loop waited
-    1 - 1 / slowdown of its runnable time (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for a
-    share `runnable` of the time (the compute's share is 1)."""
-    cores = 1.25
-    truth = {}
-    for n in (1, 2, 4):
-        scale = max(1.0, n / cores)
-        it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
-        point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
-        provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
-        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale, runnable=runnable)
-        write_point_file(directory / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
-                         provenance=provenance)  # fmt: skip
-        truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
-    return truth
-
-
 def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_path: Path) -> None:
-    """One rank held out is predicted from 2 and 4 exactly, and the notes name the wait."""
+    """With the scheduler's account, one rank held out is predicted from 2 and 4 exactly, and
+    the notes name the wait."""
     truth = host_of_125_cores(tmp_path, runnable=1.0)
     analysis = tables.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")

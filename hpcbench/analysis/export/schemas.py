@@ -69,7 +69,6 @@ MESSAGES = (
     Column("t_end_ns", pa.int64(), "ns", f"completion seen, {_SINCE_EPOCH}", "delta"),
 )
 
-SCHED = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")
 RESOURCES = (
     POINT,
     RANK,
@@ -177,7 +176,7 @@ def resource_chunks(p: PointData) -> Iterator[Any]:
             arrays[f"{name}_pct"] = floats(rows[name])
         for name in ("gpu_power_w", "gpu_sm_clock_mhz"):
             arrays[name] = floats(rows[name])
-        for name in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *SCHED):
+        for name in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS):
             # the schedstat columns are absent from files before schema 5: null there
             arrays[name] = counter(rows[name] if name in (rows.dtype.names or ()) else np.full(len(rows), -1))
         yield table(RESOURCES, arrays)
