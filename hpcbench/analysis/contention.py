@@ -31,10 +31,10 @@ The scheduler says it directly where the point file has the run-queue wait of th
 training loops (schema 5, `cpu_wait` in resources.py): a loop that waited a share w of its
 runnable time for a CPU ran its compute at 1 − w of the speed it wanted, which is what an
 oversubscription of 1 / (1 − w) means, so C_eff = k·t·(1 − w), clipped to [1, C]
-(`effective_cores_from_wait`), for a placement of several thread-loads (k·t > 1) with w of
-5 % or more, where the loop is what computes (predict.Derived.cpu_wait). This tells how fast
-one rank alone would be from several ranks per host; it is used where no measured pair gives
-C_eff.
+(`effective_cores_from_wait`), for a placement of several thread-loads (k·t > 1) where the
+loop is what computes (predict.Derived.cpu_wait); a wait under 5 % is no contention seen,
+C_eff = C, measured. This tells how fast one rank alone would be from several ranks per
+host; it is used where no measured pair gives C_eff.
 
 On CPU the collectives are driven by the ranks' own threads: a ring step ends when the
 receiving rank's thread has run. On an oversubscribed host the cores are busy with other
@@ -124,10 +124,13 @@ def fit_effective_cores(a: Placement, b: Placement, compute_a: float, compute_b:
 
 def effective_cores_from_wait(a: Placement, wait: float) -> float | None:
     """C_eff = k·t·(1 − w) from placement a's measured run-queue wait share w, clipped to
-    [1, C]; None for a single thread-load, a wait under 5 % or none measured."""
+    [1, C]; C itself for a wait under 5 % (measured: no contention seen); None for a single
+    thread-load or no wait measured."""
     load = a.ranks_per_host * a.threads
-    if load <= 1 or a.cores <= 0 or not SLOWDOWN_SEEN <= wait < 1:
+    if load <= 1 or a.cores <= 0 or not 0 <= wait < 1:
         return None
+    if wait < SLOWDOWN_SEEN:
+        return float(a.cores)
     return min(max(load * (1 - wait), 1.0), float(a.cores))
 
 

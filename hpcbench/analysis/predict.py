@@ -226,9 +226,10 @@ def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[floa
     wait = derived.cpu_wait(base)
     cores = effective_cores_from_wait(a, wait)
     if cores is not None:
-        source = f"from the run-queue wait of {base.point_id} ({a.ranks_per_host} ranks per host waited {wait:.0%})"
-        return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", None
-    return 0.0, "not measured (no one-rank and several-rank calibration points): the CPU count", None
+        waited = f"{a.ranks_per_host} ranks per host, their loops waited {wait:.0%}"
+        return cores, f"{cores:.2f} of {a.cores:g} cores, from the run-queue wait of {base.point_id} ({waited})", None
+    unknown = "no one-rank and several-rank calibration points, no run-queue wait of a loop that computes"
+    return 0.0, f"not measured ({unknown}): the CPU count", None
 
 
 def _spread(layers: Sequence[Layer], backward: float) -> list[Layer]:

@@ -54,7 +54,7 @@ def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]
     calibration cannot check."""
     if cal.cpu and cal.cores == 0 and _load(where) < min(_load(placement_of(p)) for p in train):
         return (
-            f"effective cores not measured ({cal.cores_source}): compute at {where.ranks_per_host} "
+            f"effective cores {cal.cores_source}; compute at {where.ranks_per_host} "
             "rank(s) per host extrapolated from more"
         )
     return ""

@@ -146,7 +146,7 @@ def test_effective_cores_from_one_rank_and_several() -> None:
     # the scheduler's word instead: a loop that waited 37.5 % of its runnable time ran at 0.625 speed
     assert effective_cores_from_wait(two, 0.375) == pytest.approx(1.25)
     assert effective_cores_from_wait(four, 0.9) == 1.0  # clipped to one core
-    assert effective_cores_from_wait(two, 0.03) is None  # under 5 %: no contention seen
+    assert effective_cores_from_wait(two, 0.03) == 2.0  # under 5 %: no contention seen, the CPU count measured
     assert effective_cores_from_wait(alone, 0.5) is None  # one thread-load cannot be slowed by sharing
     assert effective_cores_from_wait(two, math.nan) is None  # not measured
 
@@ -229,13 +229,12 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
     assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
 
 
-def host_of_125_cores(directory: Path, runnable: float | None = None) -> dict[int, float]:
-    """Single-thread ranks on a 2-CPU host worth 1.25 cores (sibling hardware threads, say):
-    compute grows by max(1, k / 1.25), not max(1, k / 2). With `runnable`, the point files
+def host_of_125_cores(directory: Path, runnable: float | None = None, cores: float = 1.25) -> dict[int, float]:
+    """Single-thread ranks on a 2-CPU host worth `cores` cores (1.25: sibling hardware threads,
+    say): compute grows by max(1, k / cores), not max(1, k / 2). With `runnable`, the point files
     hold what the scheduler saw: each loop waited 1 - 1 / slowdown of its runnable time
     (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for that share of the time (the compute's
     share is 1). The truth: t_iter per rank count."""
-    cores = 1.25
     truth = {}
     for n in (1, 2, 4):
         scale = max(1.0, n / cores)
@@ -275,6 +274,17 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
         held.loc[2, "note"]
     )
     assert analysis.stats.set_index("ranks").loc[4, "cpu_wait"] == pytest.approx(0.6875, rel=1e-6)
+
+
+def test_loops_that_did_not_wait_measure_the_cpu_count(tmp_path: Path) -> None:
+    """Cores worth their count: the 2-rank loops waited 0 %, so one rank alone computes as
+    fast as each of two, which is measured now, not assumed."""
+    truth = host_of_125_cores(tmp_path, runnable=1.0, cores=2.0)
+    analysis = tables.analyse(tmp_path)
+    held = analysis.held_out.set_index("ranks")
+    for n in (1, 2, 4):
+        assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
+    assert truth[1] == truth[2] and "extrapolated" not in analysis.headlines[0]
 
 
 def test_a_loop_that_hands_the_compute_to_other_threads_says_nothing_of_their_wait(tmp_path: Path) -> None:
