@@ -56,7 +56,7 @@ SEED002 = [
     Column("cpu_iowait", "CPU iowait %", _num(2)),
     Column("cpu_total", "CPU total %", _num(2)),
     Column("rank_cpus", "CPUs per rank", _num(2)),
-    Column("cpu_wait", "CPU wait %", _num(1, 100)),
+    Column("cpu_wait", "loop waited for a CPU %", _num(1, 100)),  # run-queue wait, not iowait
     Column("mem_avg_mib", "Memory AVG (MiB)", _num(2)),
     Column("mem_max_mib", "Memory MAX (MiB)", _num(2)),
 ]
