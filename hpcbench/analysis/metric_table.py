@@ -60,7 +60,7 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("comm_union_share", "comm in flight", percent, "time any message was in flight / t_iter"),
     Metric("comm_exposed_share", "comm exposed", percent, "time in flight after backward ended / t_iter"),
-    Metric("overlap", "overlap", percent, "1 − exposed comm / comm_total"),
+    Metric("overlap", "overlap", percent, "1 − comm exposed / comm in flight: message time backward hid"),
     Metric("cv", "CV", percent, "coefficient of variation of t_iter over iterations"),
     Metric("comm_total_s", "comm total (ms)", number(2, 1e3), "sum of the rank's message durations"),
     Metric("accuracy", "accuracy (%)", number(2, 100), repeated=True),

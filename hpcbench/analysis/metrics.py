@@ -111,9 +111,20 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Message
     }
     row.update({f"{name}_s": value for name, value in phases.items()})
     row["comm_share"] = phases["comm_total"] / t if t > 0 else float("nan")  # NaN t: NaN share too
-    row["overlap"] = 1.0 - phases["comm"] / phases["comm_total"] if phases["comm_total"] > 0 else float("nan")
-    row.update(comm_shares(iterations, comm, t))
+    shares = comm_shares(iterations, comm, t)
+    row.update(shares)
+    row["overlap"] = overlap(shares["comm_union_share"], shares["comm_exposed_share"])
     return row
+
+
+def overlap(union_share: float, exposed_share: float) -> float:
+    """The share of the time messages were in flight that backward hid: 1 − exposed / in
+    flight, in [0, 1]; NaN without messages. Not 1 − comm_s / comm_total_s: summed durations
+    count concurrent messages (and their time queued) more than once, and the comm phase
+    holds the wait for slower ranks and the backend's own work, which no message covers."""
+    if not union_share > 0:
+        return float("nan")
+    return 1.0 - min(exposed_share / union_share, 1.0)
 
 
 def comm_shares(iterations: np.ndarray, comm: Messages, t: float) -> dict[str, float]:
