@@ -61,15 +61,24 @@ def test_a_synthetic_straggler_is_named_and_its_cost_and_what_if_match_the_run_w
     # without it every iteration would end EXCESS earlier (sleeps: load cannot stretch them).
     # The run without the straggler is the same workload measured again: a second check, at
     # the margin that one run against another allows on a loaded machine.
+    # A sleep only ever ends late: where load wakes the other ranks late, the slowest of them
+    # ends later than their median, and removing the straggler saves that much less; where it
+    # wakes the straggler late, more. Both are measured, so the margin follows the load.
     t_with, t_without = metrics.t_iter(with_it.iterations), metrics.t_iter(without.iterations)
+    compute = metrics.compute_time(with_it.iterations)
+    others = np.delete(compute, SLOW_RANK, axis=0)
+    nominal = float(np.median(others))
+    late_others = float(np.median(others.max(axis=0))) - nominal
+    late_slow = max(float(np.median(compute[SLOW_RANK])) - SLOW_FACTOR * nominal, 0.0)
+    saved = (0.95 * EXCESS - late_others, 1.05 * EXCESS + late_slow)
     ps = stragglers.attribute(with_it)
     ranks = ps.ranks.set_index("rank")
     assert int(ranks["cost_pct"].idxmax()) == SLOW_RANK
     assert num(ranks, SLOW_RANK, "slowest_share") > 0.9
-    assert num(ranks, SLOW_RANK, "cost_pct") == pytest.approx(100 * EXCESS / t_with, rel=0.05)
-    assert t_with - num(ranks, SLOW_RANK, "whatif_t_iter_s") == pytest.approx(EXCESS, rel=0.05)
+    assert saved[0] <= num(ranks, SLOW_RANK, "cost_pct") / 100 * t_with <= saved[1]
+    assert saved[0] <= t_with - num(ranks, SLOW_RANK, "whatif_t_iter_s") <= saved[1]
     all_median = num(ps.whatif.set_index("scenario"), "all ranks at median speed", "t_iter_s")
-    assert t_with - all_median == pytest.approx(EXCESS, rel=0.05)
+    assert saved[0] <= t_with - all_median <= saved[1]
     assert all_median == pytest.approx(t_without, rel=0.10)
     assert word(ranks, SLOW_RANK, "through") == "backward"  # +20 ms there, +15 ms in forward
     # the messages are all exposed: they start after backward
