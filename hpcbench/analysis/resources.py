@@ -18,20 +18,32 @@ thread was runnable (running or waiting to run): beside the compute phases' shar
 t_iter it says whether the loop is what computes (about equal), polls in the exchange
 (more) or waits for a framework's own threads or processes (less). NaN without such
 samples (older files, no schedstat).
+
+`other_cpus` is what the ranks' hosts spent on anything else over the same window: per host,
+its busy CPUs (user + system time of the node, from the samples that tile the window,
+weighted by their intervals, times its CPU count) less the CPUs its ranks ran on, clipped at
+0 (the node's and the threads' clocks differ by a few hundredths), mean over hosts. Another
+job, a daemon, or the job's own parameter servers: a point measured beside them shared its
+cores with them. NaN without the CPU count or the samples.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
+from hpcbench.store.reader import PointData
 from hpcbench.store.schema import SCHED_COLUMNS
 
 MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
-    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable",
+    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable", "other_cpus",
 ]  # fmt: skip
+OTHER_CPUS_SEEN = 0.25  # other processes' CPUs from which a point visibly shared its host
+OTHER_WHO = "(other jobs, daemons, or the job's own servers and helper processes)"
 WINDOW_SLACK_S = 1e-3  # a window sample is read just after the iteration that closes it
 
 
@@ -69,34 +81,71 @@ def _rank_use(a: np.void, b: np.void) -> tuple[float, float, float]:
     return cpus, main_wait / (main_run + main_wait), (main_run + main_wait) / 1e9 / span
 
 
+def _node_busy(samples: np.ndarray, a: np.void, b: np.void) -> float:
+    """The share of its node's CPU time that was busy (user + system) between samples a and b
+    of one rank: the samples after a up to b each cover the time since the one before."""
+    inside = samples[(samples["t"] > a["t"]) & (samples["t"] <= b["t"])]
+    if inside.size == 0:
+        return float("nan")
+    spans = np.diff(np.concatenate(([float(a["t"])], inside["t"].astype(float))))
+    busy = (inside["cpu_user"].astype(float) + inside["cpu_system"].astype(float)) / 100.0
+    ok = np.isfinite(busy) & (spans > 0)
+    return float(np.average(busy[ok], weights=spans[ok])) if ok.any() else float("nan")
+
+
 def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
-    share of the window its loop was runnable], NaN where not measured."""
-    out = np.full((iterations.shape[0], 3), np.nan)
+    share of the window its loop was runnable, the busy share of its node's CPU time over the
+    window], NaN where not measured."""
+    out = np.full((iterations.shape[0], 4), np.nan)
     if len(resources) and set(SCHED_COLUMNS) <= set(resources.dtype.names or ()):
-        by_rank = resources[np.argsort(resources["rank"], kind="stable")]  # one sort, then a slice per rank
+        by_rank = resources[np.lexsort((resources["t"], resources["rank"]))]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
         for r in range(iterations.shape[0]):
-            window = _window(by_rank[edges[r] : edges[r + 1]], iterations[r])
+            samples = by_rank[edges[r] : edges[r + 1]]
+            window = _window(samples, iterations[r])
             if window is not None:
-                out[r] = _rank_use(*window)
+                out[r, :3] = _rank_use(*window)
+                out[r, 3] = _node_busy(samples, *window)
     return out
 
 
-def sched_row(resources: np.ndarray, iterations: np.ndarray) -> dict[str, float]:
-    """`rank_cpus`, `cpu_wait` and `loop_runnable` of a point: means over the ranks that measured them."""
+def _other_cpus(use: np.ndarray, hosts: Sequence[str], cores: int) -> float:
+    """Mean over hosts of their busy CPUs less their ranks' CPUs (NaN for a host where a rank
+    measured neither)."""
+    if cores <= 0 or len(hosts) < use.shape[0]:
+        return float("nan")
+    names = np.asarray(hosts[: use.shape[0]], dtype=object)
+    other = [
+        max(float(use[mine, 3].mean()) * cores - float(use[mine, 0].sum()), 0.0)
+        for mine in (names == host for host in dict.fromkeys(names))
+    ]
+    return _mean(np.asarray(other))
+
+
+def sched_row(
+    resources: np.ndarray, iterations: np.ndarray, hosts: Sequence[str] = (), cores: int = 0
+) -> dict[str, float]:
+    """`rank_cpus`, `cpu_wait` and `loop_runnable` of a point, means over the ranks that
+    measured them; `other_cpus` given each rank's host and the hosts' CPU count."""
     use = rank_use(resources, iterations)
-    return {"rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2])}
+    return {
+        "rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2]),
+        "other_cpus": _other_cpus(use, hosts, cores),
+    }  # fmt: skip
 
 
-def resource_row(resources: np.ndarray, iterations: np.ndarray | None = None) -> dict[str, float]:
+def resource_row(
+    resources: np.ndarray, iterations: np.ndarray | None = None, hosts: Sequence[str] = (), cores: int = 0
+) -> dict[str, float]:
     """Per-point resource columns from the `resources` table rows of all ranks (and, given the
-    point's iterations, its ranks' CPU use over the timed window)."""
+    point's iterations, its ranks' CPU use over the timed window; given each rank's host and
+    the hosts' CPU count, what else their hosts ran)."""
     row = dict.fromkeys(RESOURCE_COLUMNS, float("nan"))
     if len(resources) == 0:
         return row
     if iterations is not None:
-        row.update(sched_row(resources, iterations))
+        row.update(sched_row(resources, iterations, hosts, cores))
     user = resources["cpu_user"].astype(float)
     system = resources["cpu_system"].astype(float)
     iowait = resources["cpu_iowait"].astype(float)
@@ -117,3 +166,8 @@ def resource_row(resources: np.ndarray, iterations: np.ndarray | None = None) ->
         row["gpu_mem_max_mib"] = float(gpu_mem[gpu_mem >= 0].max() / MIB)
     row["gpu_power_w"] = _mean(resources["gpu_power_w"].astype(float))
     return row
+
+
+def of_point(p: PointData) -> dict[str, float]:
+    """A point file's resource columns, `other_cpus` included."""
+    return resource_row(p.resources, p.iterations, p.hostnames, int(p.provenance.get("cpu_count", 0) or 0))

@@ -155,7 +155,7 @@ def stats_table(
     extra = []
     for p in points:
         row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point), "seed": p.point.seed}
-        row.update(resources.resource_row(p.resources, p.iterations))
+        row.update(resources.of_point(p))
         row.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
         row["oversubscribed"] = placement_of(p).oversubscribed
         extra.append(row)

@@ -18,7 +18,7 @@ from typing import cast
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, predict
+from hpcbench.analysis import metrics, predict, resources
 from hpcbench.analysis.collectives import LinkCost, ModelError
 from hpcbench.analysis.contention import Placement, placement_of
 from hpcbench.analysis.model import IterationPrediction
@@ -80,8 +80,24 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
     return f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs){ran}"
 
 
-def _notes(cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series) -> str:
-    return "; ".join(n for n in (_note(cal, where, train), _wait_note(row, where)) if n)
+def _shared_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) -> str:
+    """Points of the prediction (the held-out one, its calibration points) during whose timed
+    loop other processes than the ranks kept cores busy (resources.py, `other_cpus`)."""
+    if "other_cpus" not in stats.columns:
+        return ""
+    other = stats["other_cpus"].astype(float)
+    named = [("this point", point), *((f"calibration point {p.point_id}", p.point_id) for p in train)]
+    shared = [f"{other[key]:.2f} during {name}" for name, key in named if other[key] >= resources.OTHER_CPUS_SEEN]
+    if not shared:
+        return ""
+    return f"other processes than the ranks {resources.OTHER_WHO} kept CPUs busy: " + ", ".join(shared)
+
+
+def _notes(
+    cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series, stats: pd.DataFrame
+) -> str:
+    notes = (_note(cal, where, train), _wait_note(row, where), _shared_note(str(row.name), train, stats))
+    return "; ".join(n for n in notes if n)
 
 
 def _held_out_group(
@@ -107,7 +123,7 @@ def _held_out_group(
             measured = float(row["t_iter_s"])
             error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
             rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter, "rel_error": error,
-                         **_residuals(row, pred), "note": _notes(cal, where, train, row)})  # fmt: skip
+                         **_residuals(row, pred), "note": _notes(cal, where, train, row, stats)})  # fmt: skip
     return rows
 
 

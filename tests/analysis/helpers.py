@@ -51,18 +51,20 @@ def comm_rows(rows: Sequence[tuple[int, int, int, float, float]], op: bytes = b"
 
 
 def sched_rows(
-    ranks: int, t_open: float, t_close: float, wait: float, cpus: float = 1.0, runnable: float = 1.0
-) -> np.ndarray:
+    ranks: int, t_open: float, t_close: float, wait: float, cpus: float = 1.0, runnable: float = 1.0,
+    node_busy: float = 0.5,
+) -> np.ndarray:  # fmt: skip
     """Two samples per rank around its timed window (t_open, t_close) whose schedstat counters
     say: the process ran on `cpus` CPUs, its main thread was runnable a share `runnable` of
-    the window and waited a share `wait` of that for a CPU."""
+    the window and waited a share `wait` of that for a CPU; the node's CPU time was busy a
+    share `node_busy` (user time)."""
     out = np.zeros(2 * ranks, dtype=RESOURCE_DTYPE)
     span = t_close - t_open
     for r in range(ranks):
         for k, (t, scale) in enumerate(((t_open, 0.0), (t_close, 1.0))):
             busy = scale * span * runnable
             counters = (int(1e9 * scale * span * cpus), 0, int(1e9 * busy * (1 - wait)), int(1e9 * busy * wait))
-            out[2 * r + k] = (r, t, 50.0, 0.0, 0.0, 2**26, np.nan, -1, np.nan, np.nan, -1, -1, *counters)
+            out[2 * r + k] = (r, t, 100 * node_busy, 0.0, 0.0, 2**26, np.nan, -1, np.nan, np.nan, -1, -1, *counters)
     return out
 
 

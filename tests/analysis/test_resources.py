@@ -47,3 +47,29 @@ def test_resource_row_carries_them_beside_the_cpu_percentages() -> None:
     assert row["rank_cpus"] == pytest.approx(0.5) and row["cpu_wait"] == pytest.approx(0.5)
     assert row["cpu_user"] == pytest.approx(50.0)
     assert set(resources.RESOURCE_COLUMNS) == set(row)
+
+
+def test_other_processes_cpus_are_the_hosts_busy_cpus_less_their_ranks() -> None:
+    # 3 ranks, 2 on host a and 1 on host b, 2 CPUs each; each rank ran on 0.5 CPUs over its
+    # window [1.5, 11.5]. Host a's samples inside it: 40 % busy for 2 s, then 70 % for 8 s
+    # (1.28 CPUs, its ranks 1.0: 0.28 other); host b: 100 % (2 CPUs, its rank 0.5: 1.5 other).
+    it = iterations(3, 12, warmup=2, forward=0.2)
+    opening = sched_rows(3, 1.5, 11.5, wait=0.0, cpus=0.5)
+    mid = opening[1::2].copy()
+    mid["t"], mid["sched_run_ns"] = 3.5, opening[1::2]["sched_run_ns"] // 5
+    rows = np.concatenate([opening, mid])
+    for r, (first, rest) in enumerate(((40.0, 70.0), (40.0, 70.0), (100.0, 100.0))):
+        mine = rows["rank"] == r
+        rows["cpu_system"][mine] = 0.0
+        rows["cpu_user"][mine & (rows["t"] == 3.5)] = first
+        rows["cpu_user"][mine & (rows["t"] == 11.5)] = rest
+        rows["cpu_user"][mine & (rows["t"] == 1.5)] = 100.0  # covers the time before the window: not used
+    use = resources.sched_row(rows, it, ["a", "a", "b"], cores=2)
+    assert use["rank_cpus"] == pytest.approx(0.5, rel=1e-6)
+    assert use["other_cpus"] == pytest.approx((0.28 + 1.5) / 2, rel=1e-6)
+    # a host busy with its ranks alone reads 0, never below (the clocks differ a little)
+    rows["cpu_user"] = 20.0
+    assert resources.sched_row(rows, it, ["a", "a", "b"], cores=2)["other_cpus"] == 0.0
+    # without the hosts' CPU count or each rank's host: unknown
+    assert math.isnan(resources.sched_row(rows, it, ["a", "a", "b"])["other_cpus"])
+    assert math.isnan(resources.sched_row(rows, it, ["a"], cores=2)["other_cpus"])

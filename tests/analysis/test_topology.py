@@ -4,6 +4,7 @@ and leave-one-scale-out on a sweep that follows the model exactly."""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from hpcbench.analysis.contention import (
     fit_phi,
     scheduler_slice,
 )
+from hpcbench.cli.analyze import cmd_summary
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
@@ -229,19 +231,27 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
     assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
 
 
-def host_of_125_cores(directory: Path, runnable: float | None = None, cores: float = 1.25) -> dict[int, float]:
+def host_of_125_cores(
+    directory: Path, runnable: float | None = None, cores: float = 1.25, others: bool = False
+) -> dict[int, float]:
     """Single-thread ranks on a 2-CPU host worth `cores` cores (1.25: sibling hardware threads,
     say): compute grows by max(1, k / cores), not max(1, k / 2). With `runnable`, the point files
     hold what the scheduler saw: each loop waited 1 - 1 / slowdown of its runnable time
     (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for that share of the time (the compute's
-    share is 1). The truth: t_iter per rank count."""
+    share is 1). With `others`, the host is worth less because other processes hold 2 - `cores`
+    of its CPUs: the ranks run on what is left. The truth: t_iter per rank count."""
     truth = {}
     for n in (1, 2, 4):
         scale = max(1.0, n / cores)
         it = iterations(n, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
         point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=n, batch_size=8, threads=1)
         provenance = {"cpu_count": 2, "environment": {"OMP_NUM_THREADS": "1"}}
-        waits = sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale, runnable=runnable) if runnable is not None else None
+        cpus, busy = (1 / scale, (n / scale + 2 - cores) / 2) if others else (1.0, 0.5)
+        waits = (
+            sched_rows(n, 1.5, 12.0, wait=1 - 1 / scale, runnable=runnable, cpus=cpus, node_busy=busy)
+            if runnable is not None
+            else None
+        )
         write_point_file(directory / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
                          provenance=provenance)  # fmt: skip
         truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
@@ -274,6 +284,22 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
         held.loc[2, "note"]
     )
     assert analysis.stats.set_index("ranks").loc[4, "cpu_wait"] == pytest.approx(0.6875, rel=1e-6)
+    assert not held["note"].str.contains("other processes").any()
+
+
+def test_the_notes_name_the_points_during_which_other_processes_held_cpus(tmp_path: Path) -> None:
+    """0.75 of the host's 2 CPUs held by other processes at every scale: the stats say so, and
+    every held-out note names its own point and its calibration points."""
+    host_of_125_cores(tmp_path, runnable=1.0, others=True)
+    analysis = tables.analyse(tmp_path)
+    stats = analysis.stats.set_index("ranks")
+    assert stats["other_cpus"].to_numpy() == pytest.approx([0.75] * 3, rel=1e-6)
+    held = analysis.held_out.set_index("ranks")
+    for n in (1, 2, 4):
+        note = str(held.loc[n, "note"])
+        assert "other processes than the ranks" in note and "0.75 during this point" in note
+        for m in {1, 2, 4} - {n}:
+            assert f"0.75 during calibration point {stats.loc[m, 'point']}" in note
 
 
 def test_loops_that_did_not_wait_measure_the_cpu_count(tmp_path: Path) -> None:
@@ -295,3 +321,11 @@ def test_a_loop_that_hands_the_compute_to_other_threads_says_nothing_of_their_wa
     held = tables.analyse(tmp_path).held_out.set_index("ranks")
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
     assert "effective cores not measured" in str(held.loc[1, "note"])
+
+
+def test_analyze_notes_each_point_that_shared_its_host(tmp_path: Path) -> None:
+    host_of_125_cores(tmp_path, runnable=1.0, others=True)
+    out = io.StringIO()
+    assert cmd_summary(tmp_path, out) == 0
+    notes = [line for line in out.getvalue().splitlines() if "other processes than the ranks" in line]
+    assert len(notes) == 3 and all("kept 0.75 of 2 CPUs busy during its timed loop" in n for n in notes)

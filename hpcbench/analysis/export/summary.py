@@ -32,7 +32,7 @@ UNITS = {
     "train_time_s": "s", "test_time_s": "s", "time_to_best_s": "s", "time_to_target_s": "s",
     "cpu_user": "%", "cpu_system": "%", "cpu_iowait": "%", "cpu_total": "%", "mem_avg_mib": "MiB",
     "mem_max_mib": "MiB", "gpu_util": "%", "gpu_mem_max_mib": "MiB", "gpu_power_w": "W", "rank_cpus": "CPUs",
-    "cpu_wait": "fraction", "loop_runnable": "fraction",
+    "cpu_wait": "fraction", "loop_runnable": "fraction", "other_cpus": "CPUs",
     "accuracy": "fraction", "best_accuracy": "fraction", "efficiency": "fraction", "comm_share": "fraction",
     "comm_union_share": "fraction", "comm_exposed_share": "fraction", "overlap": "fraction", "cv": "fraction",
     "lif_excess": "fraction", "comm_total_s": "s", **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward",
@@ -66,7 +66,7 @@ class Summary:
         """The point's row as tables.stats_table makes it, less what compares points."""
         row = metrics.point_row(p.point, p.point_id, p.iterations, p.comm)
         row.update({"config": stats.config_id(p.point), "seed": p.point.seed})
-        row.update(resources.resource_row(p.resources, p.iterations))
+        row.update(resources.of_point(p))
         row.update(accuracy.accuracy_row(p.eval, p.iterations))
         row["oversubscribed"] = placement_of(p).oversubscribed
         self._rows.append(row)
