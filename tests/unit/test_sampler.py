@@ -137,18 +137,23 @@ def test_thread_samples_at_its_period_and_stops_promptly(samplers: list[Sampler]
     thread = s._thread
     assert thread is not None
     assert thread.daemon
-    busy(0.3)
+    # busy until the thread has taken 6 samples of its own (on a loaded machine it may wake late:
+    # waiting a fixed 0.3 s for them once saw 3)
+    deadline = time.perf_counter() + 10.0
+    while s._written < 7 and time.perf_counter() < deadline:
+        busy(0.01)
     began = time.perf_counter()
     s.stop()
     assert time.perf_counter() - began < 1.0
     assert not thread.is_alive()
     rows = s.drain()
-    # start's sample, about 6 from the thread, stop's final one
-    assert 5 <= len(rows) <= 10, len(rows)
+    # start's sample, 6 from the thread (more if it woke again before stop), stop's final one
+    assert len(rows) >= 8, len(rows)
     t = rows["t"]
     assert (np.diff(t) > 0).all()
     thread_gaps = np.diff(t[:-1])[1:]  # between the thread's own samples
-    assert ((thread_gaps > 0.03) & (thread_gaps < 0.2)).all(), thread_gaps
+    # never sooner than its period (less the timer's slack); late only as load makes it
+    assert (thread_gaps > 0.03).all() and np.median(thread_gaps) < 0.15, thread_gaps
     # every full period of a busy thread shows CPU use (a thread's first psutil reading does not)
     full = np.flatnonzero(np.diff(t) >= 0.04) + 1
     assert len(full) >= 4
