@@ -80,6 +80,9 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
     return f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs){ran}"
 
 
+SHARED = "other processes than the ranks"  # the start of the note below
+
+
 def _shared_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) -> str:
     """Points of the prediction (the held-out one, its calibration points) during whose timed
     loop other processes than the ranks kept cores busy (resources.py, `other_cpus`)."""
@@ -90,7 +93,7 @@ def _shared_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) ->
     shared = [f"{other[key]:.2f} during {name}" for name, key in named if other[key] >= resources.OTHER_CPUS_SEEN]
     if not shared:
         return ""
-    return f"other processes than the ranks {resources.OTHER_WHO} kept CPUs busy: " + ", ".join(shared)
+    return f"{SHARED} {resources.OTHER_WHO} kept CPUs busy: " + ", ".join(shared)
 
 
 def _notes(
@@ -167,4 +170,7 @@ def headline(table: pd.DataFrame) -> str:
     unmeasured = int(table["note"].fillna("").str.startswith("effective cores not measured").sum())
     if unmeasured:
         tail += f"; held-out points whose compute was extrapolated without the host's effective cores: {unmeasured}"
+    shared = int(table["note"].fillna("").str.contains(SHARED).sum())
+    if shared:
+        tail += f"; held-out points predicted from or measured beside other processes' CPU use: {shared}"
     return "Model held-out error (leave one scale out): " + "; ".join(parts) + tail + "."

@@ -284,7 +284,7 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
         held.loc[2, "note"]
     )
     assert analysis.stats.set_index("ranks").loc[4, "cpu_wait"] == pytest.approx(0.6875, rel=1e-6)
-    assert not held["note"].str.contains("other processes").any()
+    assert not held["note"].str.contains("other processes").any() and "other processes" not in analysis.headlines[0]
 
 
 def test_the_notes_name_the_points_during_which_other_processes_held_cpus(tmp_path: Path) -> None:
@@ -294,6 +294,7 @@ def test_the_notes_name_the_points_during_which_other_processes_held_cpus(tmp_pa
     analysis = tables.analyse(tmp_path)
     stats = analysis.stats.set_index("ranks")
     assert stats["other_cpus"].to_numpy() == pytest.approx([0.75] * 3, rel=1e-6)
+    assert "predicted from or measured beside other processes' CPU use: 3" in analysis.headlines[0]
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         note = str(held.loc[n, "note"])
