@@ -171,3 +171,14 @@ def resource_row(
 def of_point(p: PointData) -> dict[str, float]:
     """A point file's resource columns, `other_cpus` included."""
     return resource_row(p.resources, p.iterations, p.hostnames, int(p.provenance.get("cpu_count", 0) or 0))
+
+
+def shared_host_note(point: str, other_cpus: float) -> str:
+    """The note on a point during which other processes kept OTHER_CPUS_SEEN or more busy; "" else."""
+    if not other_cpus >= OTHER_CPUS_SEEN:
+        return ""
+    return (
+        f"point {point}: other processes than the ranks kept {other_cpus:.2f} CPUs busy during its timed loop: "
+        "other jobs or daemons (its ranks then shared the host: rerun on an idle one), or the job's own "
+        "(a parameter server's servers, a framework's compute process: part of what was measured)"
+    )

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis import resources
 from hpcbench.analysis.metric_table import REPEATED
 from hpcbench.spec import Point
 
@@ -105,6 +106,9 @@ def point_warnings(table: pd.DataFrame) -> list[str]:
                     f"point {row['point']}: slowest or fastest iteration is {max(low, high):.0%} from the mean "
                     "(outliers); look at the trace (analyze trace) for pauses, and rerun on an idle machine"
                 )
+        if "other_cpus" in table.columns:
+            shared = resources.shared_host_note(str(row["point"]), float(row["other_cpus"]))
+            notes += [shared] if shared else []
     return notes
 
 

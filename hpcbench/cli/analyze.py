@@ -69,10 +69,9 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
         if where.oversubscribed:
             print(f"note: point {p.point_id}: oversubscribed: {where.ranks_per_host} ranks x {where.threads} "
                   f"threads on {where.cores} cores; compute and CPU collectives are time-shared", file=out)  # fmt: skip
-        other = resources.of_point(p)["other_cpus"]
-        if other >= resources.OTHER_CPUS_SEEN:
-            print(f"note: point {p.point_id}: other processes than the ranks kept {other:.2f} of {where.cores} CPUs "
-                  f"busy during its timed loop {resources.OTHER_WHO}: its ranks shared the host", file=out)  # fmt: skip
+        shared = resources.shared_host_note(p.point_id, resources.of_point(p)["other_cpus"])
+        if shared:
+            print(f"note: {shared}", file=out)
     print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)
     return 0
 

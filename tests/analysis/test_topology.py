@@ -329,4 +329,6 @@ def test_analyze_notes_each_point_that_shared_its_host(tmp_path: Path) -> None:
     out = io.StringIO()
     assert cmd_summary(tmp_path, out) == 0
     notes = [line for line in out.getvalue().splitlines() if "other processes than the ranks" in line]
-    assert len(notes) == 3 and all("kept 0.75 of 2 CPUs busy during its timed loop" in n for n in notes)
+    assert len(notes) == 3 and all("kept 0.75 CPUs busy during its timed loop" in n for n in notes)
+    report = tables.analyse(tmp_path).notes
+    assert sum("kept 0.75 CPUs busy during its timed loop" in n for n in report) == 3
