@@ -162,7 +162,7 @@ _GAUGES = (
     ("gpu power W", "power", "gpu_power_w", 1),
     ("gpu sm clock MHz", "sm", "gpu_sm_clock_mhz", 1),
 )
-_FLOAT_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
+_FLOAT_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
 _INT_COLUMNS = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes")
 
 
@@ -175,7 +175,11 @@ class _Samples:
         self.ranks = [int(r) for r in res["rank"].tolist()]
         self.t_s = res["t"].astype(np.float64).tolist()
         self.ts = (res["t"].astype(np.float64) * US).tolist()
-        self._floats = {key: res[key].astype(np.float64).tolist() for key in _FLOAT_COLUMNS}
+        nan = np.full(len(res), np.nan)  # a column the file's schema has not (cpu_steal before 6)
+        present = res.dtype.names or ()
+        self._floats = {
+            key: (res[key].astype(np.float64) if key in present else nan).tolist() for key in _FLOAT_COLUMNS
+        }
         self._ints = {key: res[key].tolist() for key in _INT_COLUMNS}
 
     def get(self, key: str, k: int) -> float | int | None:
@@ -190,11 +194,8 @@ def _sample_events(s: _Samples, k: int) -> list[dict[str, Any]]:
     """The counters of sample k: CPU shares, then each gauge that was measured."""
     pid, ts = s.ranks[k], s.ts[k]
     events: list[dict[str, Any]] = []
-    cpu = {
-        name: value
-        for name, key in (("user", "cpu_user"), ("system", "cpu_system"), ("iowait", "cpu_iowait"))
-        if (value := s.get(key, k)) is not None
-    }
+    states = ("user", "system", "iowait", "steal")
+    cpu = {name: value for name in states if (value := s.get(f"cpu_{name}", k)) is not None}
     if cpu:
         events.append(_counter("cpu %", ts, pid, cpu))
     for track, series, key, divisor in _GAUGES:

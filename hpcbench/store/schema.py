@@ -52,7 +52,11 @@ import numpy as np
 #                       main_wait_ns (its main thread's); a sample is also taken when warm-up ends
 #                       and when the timed loop ends. Readers treat the columns as absent in
 #                       older files.
-SCHEMA_VERSION = 5
+#   6 (hpcbench 0.6.0): resources.cpu_steal (the node's CPU time stolen by the hypervisor, percent,
+#                       like cpu_user) and child_run_ns (the CPU time of the rank's descendant
+#                       processes: a parameter server's servers, a framework's compute process).
+#                       Readers treat the columns as absent in older files.
+SCHEMA_VERSION = 6
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -100,6 +104,7 @@ RESOURCE_DTYPE = np.dtype(
         ("cpu_user", "<f4"),
         ("cpu_system", "<f4"),
         ("cpu_iowait", "<f4"),
+        ("cpu_steal", "<f4"),  # time the hypervisor ran something else on the node's virtual CPUs
         ("rss_bytes", "<i8"),
         ("gpu_util", "<f4"),  # percent
         ("gpu_mem_bytes", "<i8"),
@@ -114,9 +119,12 @@ RESOURCE_DTYPE = np.dtype(
         ("sched_wait_ns", "<i8"),
         ("main_run_ns", "<i8"),
         ("main_wait_ns", "<i8"),
+        # the rank's descendant processes (all their threads), cumulative time on a CPU
+        ("child_run_ns", "<i8"),
     ]
 )
 SCHED_COLUMNS = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")  # absent before schema 5
+CHILD_RUN = "child_run_ns"  # absent before schema 6, like cpu_steal
 
 # One row per evaluation of a rank on its shard of the held-out data (after every epoch, or
 # once after training). The point's accuracy at an evaluation is sum(correct) / sum(total)

@@ -6,10 +6,12 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
 - ``t``: seconds since ``epoch_ns`` on the common clock, exactly as the iteration tables
   (see `hpcbench.trace.recorder`): ``(perf_counter_ns() + clock_offset_ns - epoch_ns) / 1e9``,
   read when the sample starts; the sources are read right after it.
-- ``cpu_user`` / ``cpu_system`` / ``cpu_iowait``: percent of the whole node's CPU time
-  (all cores, as sysstat reports it) spent in each state since the previous sample of this
-  sampler. Computed here from two `psutil.cpu_times()` readings with psutil's own formula
-  (per-field deltas clamped at 0, guest time not counted twice), not with
+- ``cpu_user`` / ``cpu_system`` / ``cpu_iowait`` / ``cpu_steal``: percent of the whole node's
+  CPU time (all cores, as sysstat reports it) spent in each state since the previous sample
+  of this sampler; steal is the time a hypervisor ran something else while the node's
+  virtual CPUs wanted to run (NaN where the kernel does not count it). Computed here from
+  two `psutil.cpu_times()` readings with psutil's own formula (per-field deltas clamped at
+  0, guest time not counted twice), not with
   `psutil.cpu_times_percent(interval=None)`: that keeps its "previous reading" per calling
   thread (so the samples taken by `start`/`stop` on the caller's thread and those of the
   sampler thread would have different baselines, and a thread's first call returns all
@@ -31,6 +33,16 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
   the rank ran on and what share of the time its loop wanted a CPU it waited for one (the
   cost of CPU contention). A thread that ends takes its counts with it: a difference of the
   process's sums can be negative when threads came and went, and is read as unknown.
+- ``child_run_ns``: the time on a CPU of the rank's descendant processes (every thread of
+  each), ns, cumulative over the ones alive at the sample: the servers a parameter-server
+  backend starts, a framework's compute process. They belong to the job, not to the
+  other work that shared its host. A child that ends takes its counts with it, as a thread
+  does. Read in the samples the rank's own thread takes (`start`, `sample_now`: when warm-up
+  ends and when the timed loop ends, `stop`), -1 in the thread's periodic ones: finding the
+  descendants scans the process table (psutil reads every /proc/PID/stat), and a thread that
+  does so much I/O beside a loop that holds Python's interpreter lock takes the lock back at
+  every read, so that both stall (measured: 6-sample runs at a 0.05 s period skipped 3 to 9
+  periods).
 
 A source that is missing (no psutil, no NVML library or GPU, no InfiniBand) gives NaN
 (float columns) or -1 (integer columns) and ``sources[name] = "absent: <reason>"``; nothing
@@ -58,9 +70,9 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.store.schema import RESOURCE_DTYPE, SCHED_COLUMNS
+from hpcbench.store.schema import CHILD_RUN, RESOURCE_DTYPE, SCHED_COLUMNS
 
-_CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait")
+_CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal")
 _GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
 _GUEST_FIELDS = ("guest", "guest_nice") if sys.platform.startswith("linux") else ()
 _IB_WORD_BYTES = 4  # port_rcv_data / port_xmit_data count 32-bit words (IB PortRcvData / PortXmitData)
@@ -101,7 +113,7 @@ class Sampler:
     """Samples CPU, memory, GPU and InfiniBand counters of one rank in a background thread.
 
     Attributes:
-        sources: how each source ("cpu", "gpu", "ib", "sched") is read, or ``"absent: <reason>"``.
+        sources: how each source ("cpu", "gpu", "ib", "sched", "children") is read, or ``"absent: <reason>"``.
         errors: number of failures while reading a source (each also noted in `sources`).
         dropped: rows overwritten in the ring before a `drain` could return them.
     """
@@ -242,6 +254,7 @@ class Sampler:
 
     def _open_sched(self, root: str) -> None:
         self._sched_root: Path | None = None
+        self._set_source("children", "absent: no schedstat")
         self._sched_main = os.path.join(root, str(threading.get_native_id()), "schedstat")
         try:
             sum_schedstat(Path(root))
@@ -251,6 +264,11 @@ class Sampler:
             return
         self._sched_root = Path(root)
         self._set_source("sched", f"schedstat: {root}/*/schedstat, main thread {self._sched_main}")
+        self._proc_root = self._sched_root.parent.parent  # /proc, for the descendants' threads
+        if self._process is None:
+            self._set_source("children", "absent: no psutil")
+        else:
+            self._set_source("children", f"psutil descendants, {self._proc_root}/PID/task/*/schedstat")
 
     @staticmethod
     def _sum_counters(paths: list[str]) -> int:
@@ -265,18 +283,20 @@ class Sampler:
 
     # --- sampling --------------------------------------------------------------------------
 
-    def sample_now(self) -> None:
-        """Take one sample synchronously and append it to the ring (used by start/stop, tests)."""
+    def sample_now(self, descendants: bool = True) -> None:
+        """Take one sample synchronously and append it to the ring (used by start/stop, the
+        loop's window edges, tests); `descendants`: read `child_run_ns` (-1 otherwise)."""
         with self._sample_lock:
-            self._sample()
+            self._sample(descendants)
 
-    def _sample(self) -> None:
+    def _sample(self, descendants: bool) -> None:
         row = self._row
         row["t"] = (time.perf_counter_ns() + self._offset_ns) / 1e9
         self._read_cpu(row)
         self._read_gpu(row)
         self._read_ib(row)
         self._read_sched(row)
+        self._read_children(row, descendants)
         with self._lock:
             if self._written - self._read >= self.capacity:  # full: the oldest row goes
                 self._read += 1
@@ -301,10 +321,12 @@ class Sampler:
             scale = 100.0 / total if total > 0 else 0.0
             row["cpu_user"] = min(100.0, max(0.0, now.user - last.user) * scale)
             row["cpu_system"] = min(100.0, max(0.0, now.system - last.system) * scale)
-            if hasattr(now, "iowait"):
-                row["cpu_iowait"] = min(100.0, max(0.0, now.iowait - last.iowait) * scale)
-            else:  # not a Linux notion
-                row["cpu_iowait"] = math.nan
+            for column in ("cpu_iowait", "cpu_steal"):  # Linux notions: NaN elsewhere
+                field = column[4:]
+                if hasattr(now, field):
+                    row[column] = min(100.0, max(0.0, getattr(now, field) - getattr(last, field)) * scale)
+                else:
+                    row[column] = math.nan
         except Exception as exc:  # noqa: BLE001 - a failing source must not stop the sampler
             for column in _CPU_COLUMNS:
                 row[column] = math.nan
@@ -336,6 +358,23 @@ class Sampler:
         except (OSError, ValueError, IndexError) as exc:  # the main thread ended: counts unknown
             self._note_error("sched", exc)
 
+    def _read_children(self, row: Any, descendants: bool) -> None:
+        row[CHILD_RUN] = -1
+        if not descendants or self._process is None or self._sched_root is None:
+            return
+        try:
+            children = self._process.children(recursive=True)
+        except Exception as exc:  # noqa: BLE001 - /proc unreadable: this row's value stays -1
+            self._note_error("children", exc)
+            return
+        run = 0
+        for child in children:
+            try:
+                run += sum_schedstat(self._proc_root / str(child.pid) / "task")[0]
+            except (OSError, ValueError, IndexError):  # it ended meanwhile: it takes its time with it
+                continue
+        row[CHILD_RUN] = run
+
     def _read_ib(self, row: Any) -> None:
         if not self._ib_rx and not self._ib_tx:
             row["ib_rx_bytes"] = row["ib_tx_bytes"] = -1
@@ -355,7 +394,7 @@ class Sampler:
         # Event.wait, not sleep: stop() wakes the thread at once.
         while not self._stop_event.wait(max(0.0, (deadline - time.perf_counter_ns()) / 1e9)):
             try:
-                self.sample_now()
+                self.sample_now(descendants=False)
             except Exception as exc:  # noqa: BLE001 - sources catch their own; this is the last net
                 self._note_error("sampler", exc)
             deadline += period_ns

@@ -50,29 +50,51 @@ def comm_rows(rows: Sequence[tuple[int, int, int, float, float]], op: bytes = b"
     return out
 
 
+def _no_sources(n: int) -> np.ndarray:
+    """n RESOURCE_DTYPE rows in which every source is absent (NaN, or -1 for counters)."""
+    out = np.zeros(n, dtype=RESOURCE_DTYPE)
+    for name in RESOURCE_DTYPE.names or ():
+        if name not in ("rank", "t"):
+            out[name] = np.nan if RESOURCE_DTYPE[name].kind == "f" else -1
+    return out
+
+
 def sched_rows(
     ranks: int, t_open: float, t_close: float, wait: float, cpus: float = 1.0, runnable: float = 1.0,
-    node_busy: float = 0.5,
+    node_busy: float = 0.5, children: float = 0.0,
 ) -> np.ndarray:  # fmt: skip
     """Two samples per rank around its timed window (t_open, t_close) whose schedstat counters
     say: the process ran on `cpus` CPUs, its main thread was runnable a share `runnable` of
-    the window and waited a share `wait` of that for a CPU; the node's CPU time was busy a
-    share `node_busy` (user time)."""
-    out = np.zeros(2 * ranks, dtype=RESOURCE_DTYPE)
+    the window and waited a share `wait` of that for a CPU, its descendant processes ran on
+    `children` CPUs; the node's CPU time was busy a share `node_busy` (user time), none stolen."""
+    out = _no_sources(2 * ranks)
     span = t_close - t_open
     for r in range(ranks):
         for k, (t, scale) in enumerate(((t_open, 0.0), (t_close, 1.0))):
+            row = out[2 * r + k]
             busy = scale * span * runnable
-            counters = (int(1e9 * scale * span * cpus), 0, int(1e9 * busy * (1 - wait)), int(1e9 * busy * wait))
-            out[2 * r + k] = (r, t, 100 * node_busy, 0.0, 0.0, 2**26, np.nan, -1, np.nan, np.nan, -1, -1, *counters)
+            row["rank"], row["t"], row["rss_bytes"] = r, t, 2**26
+            row["cpu_user"], row["cpu_system"], row["cpu_iowait"], row["cpu_steal"] = 100 * node_busy, 0.0, 0.0, 0.0
+            row["sched_run_ns"], row["sched_wait_ns"] = int(1e9 * scale * span * cpus), 0
+            row["main_run_ns"], row["main_wait_ns"] = int(1e9 * busy * (1 - wait)), int(1e9 * busy * wait)
+            row["child_run_ns"] = int(1e9 * scale * span * children)
     return out
+
+
+def without(rows: np.ndarray, *names: str) -> np.ndarray:
+    """`rows` as a file of an older schema has them: without the columns `names`."""
+    kept = [n for n in rows.dtype.names or () if n not in names]
+    return np.asarray(rows[kept].astype(np.dtype([(n, rows.dtype[n]) for n in kept])))
 
 
 def resource_rows(rows: Sequence[tuple[int, float, float, float, int]]) -> np.ndarray:
     """(rank, cpu_user, cpu_system, cpu_iowait, rss_bytes) -> RESOURCE_DTYPE rows without a GPU or schedstat."""
-    out = np.zeros(len(rows), dtype=RESOURCE_DTYPE)
+    out = _no_sources(len(rows))
     for i, (rank, user, system, iowait, rss) in enumerate(rows):
-        out[i] = (rank, float(i), user, system, iowait, rss, np.nan, -1, np.nan, np.nan, -1, -1, -1, -1, -1, -1)
+        row = out[i]
+        row["rank"], row["t"], row["cpu_user"], row["cpu_system"], row["cpu_iowait"], row["rss_bytes"] = (
+            rank, float(i), user, system, iowait, rss
+        )  # fmt: skip
     return out
 
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -288,9 +291,11 @@ def test_misuse_is_refused(samplers: list[Sampler], clock: tuple[int, int]) -> N
 
 def test_schedstat_counts_the_loops_thread_and_every_thread(samplers: list[Sampler], clock: tuple[int, int]) -> None:
     """A thread that never sleeps is on a CPU or waiting for one for all of its wall time,
-    however busy the machine: the main thread's run + wait covers its busy spell, and the
-    process's sums also cover another thread's (one at a time: Python threads that spin
-    together take turns at the interpreter lock, and sleep while they wait for it)."""
+    however busy the machine, but for what the hypervisor stole (neither: the node's virtual
+    CPU did not run; at most the node's steal share × its CPUs of the time): the main
+    thread's run + wait covers its busy spell, and the process's sums also cover another
+    thread's (one at a time: Python threads that spin together take turns at the interpreter
+    lock, and sleep while they wait for it)."""
     s = make(samplers, clock)
     assert s.sources["sched"].startswith("schedstat: ")
     s.sample_now()
@@ -316,9 +321,13 @@ def test_schedstat_counts_the_loops_thread_and_every_thread(samplers: list[Sampl
             float(y[f"{prefix}_run_ns"] - x[f"{prefix}_run_ns"] + y[f"{prefix}_wait_ns"] - x[f"{prefix}_wait_ns"]) / 1e9
         )
 
-    assert 0.3 * 0.95 <= runnable(a, b, "main") <= float(b["t"] - a["t"]) + 1e-3
+    def unstolen(x: np.void, y: np.void) -> float:  # of the 0.3 s spells
+        stolen = float(y["cpu_steal"]) / 100 * (os.cpu_count() or 1) * float(y["t"] - x["t"])
+        return 0.3 - (stolen if math.isfinite(stolen) else 0.0)
+
+    assert 0.95 * unstolen(a, b) <= runnable(a, b, "main") <= float(b["t"] - a["t"]) + 1e-3
     assert runnable(b, c, "main") < 0.1  # it slept meanwhile
-    assert runnable(b, c, "sched") - runnable(b, c, "main") >= 0.3 * 0.95  # the other thread's spell
+    assert runnable(b, c, "sched") - runnable(b, c, "main") >= 0.95 * unstolen(b, c)  # the other thread's spell
     assert (b["main_run_ns"] <= b["sched_run_ns"]) and (c["main_run_ns"] <= c["sched_run_ns"])
 
 
@@ -329,3 +338,62 @@ def test_no_schedstat_is_absent_not_an_error(samplers: list[Sampler], clock: tup
     (row,) = s.drain()
     assert [int(row[c]) for c in ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")] == [-1] * 4
     assert s.errors == 0
+
+
+SPINNER = """
+import subprocess, sys, time
+end = time.process_time() + 0.3
+if sys.argv[1] == "parent":  # start a child of its own, spin, and wait for the child's spin too
+    kid = subprocess.Popen([sys.executable, __file__, "kid"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+while time.process_time() < end:
+    pass
+if sys.argv[1] == "parent":
+    kid.stdout.readline()
+print("spun", flush=True)
+sys.stdin.read()  # alive until told: a process that ends takes its counts with it
+if sys.argv[1] == "parent":
+    kid.stdin.close()
+    kid.wait()
+"""
+
+
+def test_descendants_cpu_time_is_counted_in_the_ranks_own_samples(
+    samplers: list[Sampler], clock: tuple[int, int], tmp_path: Path
+) -> None:
+    """A child and its own child each spin 0.3 s of CPU time: the samples the rank takes
+    itself count at least their 0.6 s, and no more than their wall time allows; the
+    thread's periodic samples do not look for descendants (-1)."""
+    s = make(samplers, clock, period_s=0.02)
+    assert s.sources["children"].startswith("psutil descendants")
+    script = tmp_path / "spinner.py"
+    script.write_text(SPINNER)
+    s.sample_now()
+    child = subprocess.Popen([sys.executable, str(script), "parent"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"spun\n"
+        s.start()  # a synchronous sample, then the thread's own
+        deadline = time.perf_counter() + 10.0
+        while s._written < 4 and time.perf_counter() < deadline:
+            time.sleep(0.01)
+        s.stop()
+    finally:
+        child.communicate(timeout=30)
+    rows = s.drain()
+    first, second, last = rows[0], rows[1], rows[-1]
+    assert first["child_run_ns"] == 0  # no descendant yet
+    spun = (int(second["child_run_ns"]) - int(first["child_run_ns"])) / 1e9
+    assert 0.6 <= spun <= float(second["t"] - first["t"]) * (os.cpu_count() or 1) + 0.05, spun
+    assert last["child_run_ns"] >= second["child_run_ns"]  # both still alive at stop
+    assert (rows["child_run_ns"][2:-1] == -1).all() and len(rows) >= 5  # the thread's samples
+
+
+def test_steal_is_a_share_of_the_node_beside_the_other_states(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    s = make(samplers, clock)
+    busy(0.1)
+    s.sample_now()
+    (row,) = s.drain()
+    if sys.platform.startswith("linux"):  # the kernel counts steal, 0 on a machine of its own
+        shares = [float(row[c]) for c in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal")]
+        assert all(0.0 <= x <= 100.0 for x in shares) and sum(shares) <= 100.0 + 1e-3
+    else:
+        assert math.isnan(row["cpu_steal"])

@@ -81,6 +81,7 @@ def make_resources(gpu: bool = False) -> np.ndarray:
             row["cpu_user"] = 50.0 + j
             row["cpu_system"] = 5.0
             row["cpu_iowait"] = 0.5
+            row["cpu_steal"] = 2.0 if j else np.nan  # absent in the first sample
             row["rss_bytes"] = (100 + j) * 1024 * 1024
             row["gpu_util"] = 80.0 + j if gpu else np.nan
             row["gpu_mem_bytes"] = (2048 + j) * 1024 * 1024 if gpu else -1
@@ -317,7 +318,8 @@ def test_no_comm_and_no_resources_gives_iterations_only() -> None:
 def test_cpu_and_rss_counters(trace: dict[str, Any]) -> None:
     cpu = sorted(events(trace, "C", name="cpu %", pid=0), key=lambda e: e["ts"])
     assert [e["ts"] for e in cpu] == pytest.approx([1.0e6, 1.2e6, 1.4e6], abs=TOL_US)
-    assert cpu[1]["args"] == pytest.approx({"user": 51.0, "system": 5.0, "iowait": 0.5})
+    assert cpu[1]["args"] == pytest.approx({"user": 51.0, "system": 5.0, "iowait": 0.5, "steal": 2.0})
+    assert "steal" not in cpu[0]["args"]
     rss = sorted(events(trace, "C", name="rss MiB", pid=2), key=lambda e: e["ts"])
     assert [e["args"]["rss"] for e in rss] == pytest.approx([100.0, 101.0, 102.0])
     assert len(events(trace, "C", name="cpu %")) == N_RANKS * 3

@@ -76,6 +76,7 @@ RESOURCES = (
     Column("cpu_user_pct", pa.float32(), "%", "node CPU time in user mode (as sysstat reports it)", "split"),
     Column("cpu_system_pct", pa.float32(), "%", "node CPU time in the kernel", "split"),
     Column("cpu_iowait_pct", pa.float32(), "%", "node CPU time waiting for I/O", "split"),
+    Column("cpu_steal_pct", pa.float32(), "%", "node CPU time stolen by the hypervisor; null without", "split"),
     Column("rss_bytes", pa.int64(), "bytes", "the rank's resident memory; null when not measured", "delta"),
     Column("gpu_util_pct", pa.float32(), "%", "GPU utilisation; null without a GPU", "split"),
     Column("gpu_mem_bytes", pa.int64(), "bytes", "GPU memory used; null without a GPU", "delta"),
@@ -87,6 +88,7 @@ RESOURCES = (
     Column("sched_wait_ns", pa.int64(), "ns", "their run-queue wait for a CPU, cumulative; null without", "delta"),
     Column("main_run_ns", pa.int64(), "ns", "CPU time of the rank's main thread, cumulative; null without", "delta"),
     Column("main_wait_ns", pa.int64(), "ns", "its run-queue wait for a CPU, cumulative; null without", "delta"),
+    Column("child_run_ns", pa.int64(), "ns", "CPU time of the rank's descendants, cumulative; null without", "delta"),
 )
 
 EVALUATIONS = (
@@ -172,13 +174,14 @@ def resource_chunks(p: PointData) -> Iterator[Any]:
     for i in range(0, len(p.resources), CHUNK_ROWS):
         rows = p.resources[i : i + CHUNK_ROWS]
         arrays = {"point": constant(p.point_id, len(rows)), "rank": ints(rows["rank"]), "t_ns": nanoseconds(rows["t"])}
-        for name in ("cpu_user", "cpu_system", "cpu_iowait", "gpu_util"):
-            arrays[f"{name}_pct"] = floats(rows[name])
+        present = rows.dtype.names or ()  # the schedstat columns are absent before schema 5, the rest before 6
+        for name in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util"):
+            arrays[f"{name}_pct"] = floats(rows[name] if name in present else np.full(len(rows), np.nan, np.float32))
         for name in ("gpu_power_w", "gpu_sm_clock_mhz"):
             arrays[name] = floats(rows[name])
-        for name in ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS):
-            # the schedstat columns are absent from files before schema 5: null there
-            arrays[name] = counter(rows[name] if name in (rows.dtype.names or ()) else np.full(len(rows), -1))
+        counters = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS, schema.CHILD_RUN)
+        for name in counters:
+            arrays[name] = counter(rows[name] if name in present else np.full(len(rows), -1))
         yield table(RESOURCES, arrays)
 
 
