@@ -19,31 +19,43 @@ t_iter it says whether the loop is what computes (about equal), polls in the exc
 (more) or waits for a framework's own threads or processes (less). NaN without such
 samples (older files, no schedstat).
 
+`helper_cpus` is what the ranks' own descendant processes ran on over the same window (a
+parameter-server backend's servers, a framework's compute process; schema 6): per host, the
+sum over its ranks of Δ`child_run_ns` / Δt, mean over hosts. It is part of what was measured.
+
 `other_cpus` is what the ranks' hosts spent on anything else over the same window: per host,
 its busy CPUs (user + system time of the node, from the samples that tile the window,
-weighted by their intervals, times its CPU count) less the CPUs its ranks ran on, clipped at
-0 (the node's and the threads' clocks differ by a few hundredths), mean over hosts. Another
-job, a daemon, or the job's own parameter servers: a point measured beside them shared its
-cores with them. NaN without the CPU count or the samples.
+weighted by their intervals, times its CPU count) less the CPUs its ranks and their
+descendants ran on, clipped at 0 (the node's and the threads' clocks differ by a few
+hundredths), mean over hosts. Another job or a daemon: a point measured beside them shared
+its cores with them. In files before schema 6 the descendants are not known and count here.
+NaN without the CPU count or the samples.
+
+`cpu_steal` is the node's CPU time that a hypervisor gave to something else while its
+virtual CPUs wanted to run (percent, as sysstat's %steal, mean over samples): every thread
+on the node, the ranks' included, ran that much slower without any process showing it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from hpcbench.store.reader import PointData
-from hpcbench.store.schema import SCHED_COLUMNS
+from hpcbench.store.schema import CHILD_RUN, SCHED_COLUMNS
 
 MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
-    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable", "other_cpus",
+    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable", "helper_cpus",
+    "other_cpus", "cpu_steal",
 ]  # fmt: skip
 OTHER_CPUS_SEEN = 0.25  # other processes' CPUs from which a point visibly shared its host
-OTHER_WHO = "(other jobs, daemons, or the job's own servers and helper processes)"
+STEAL_SEEN = 5.0  # percent of the node's CPU time stolen from which a point was visibly slowed
 WINDOW_SLACK_S = 1e-3  # a window sample is read just after the iteration that closes it
 
 
@@ -81,23 +93,35 @@ def _rank_use(a: np.void, b: np.void) -> tuple[float, float, float]:
     return cpus, main_wait / (main_run + main_wait), (main_run + main_wait) / 1e9 / span
 
 
-def _node_busy(samples: np.ndarray, a: np.void, b: np.void) -> float:
-    """The share of its node's CPU time that was busy (user + system) between samples a and b
-    of one rank: the samples after a up to b each cover the time since the one before."""
+def _node_share(samples: np.ndarray, a: np.void, b: np.void, *states: str) -> float:
+    """The share of its node's CPU time spent in `states` (cpu_user, ...) between samples a and
+    b of one rank: the samples after a up to b each cover the time since the one before."""
     inside = samples[(samples["t"] > a["t"]) & (samples["t"] <= b["t"])]
-    if inside.size == 0:
+    if inside.size == 0 or not set(states) <= set(samples.dtype.names or ()):
         return float("nan")
     spans = np.diff(np.concatenate(([float(a["t"])], inside["t"].astype(float))))
-    busy = (inside["cpu_user"].astype(float) + inside["cpu_system"].astype(float)) / 100.0
-    ok = np.isfinite(busy) & (spans > 0)
-    return float(np.average(busy[ok], weights=spans[ok])) if ok.any() else float("nan")
+    share = sum((inside[state].astype(float) for state in states), np.zeros(inside.size)) / 100.0
+    ok = np.isfinite(share) & (spans > 0)
+    return float(np.average(share[ok], weights=spans[ok])) if ok.any() else float("nan")
+
+
+def _child_cpus(a: np.void, b: np.void) -> float:
+    """CPUs the process's descendants ran on between two samples (0 where the column is
+    absent, before schema 6; NaN where it went back: a descendant ended)."""
+    if CHILD_RUN not in (a.dtype.names or ()):
+        return 0.0
+    run = int(b[CHILD_RUN]) - int(a[CHILD_RUN])
+    span = float(b["t"] - a["t"])
+    ok = min(a[CHILD_RUN], b[CHILD_RUN]) >= 0 and run >= 0 and span > 0
+    return run / 1e9 / span if ok else float("nan")
 
 
 def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
     share of the window its loop was runnable, the busy share of its node's CPU time over the
-    window], NaN where not measured."""
-    out = np.full((iterations.shape[0], 4), np.nan)
+    window, CPUs its descendant processes ran on, the stolen share of its node's CPU time over
+    the window], NaN where not measured."""
+    out = np.full((iterations.shape[0], 6), np.nan)
     if len(resources) and set(SCHED_COLUMNS) <= set(resources.dtype.names or ()):
         by_rank = resources[np.lexsort((resources["t"], resources["rank"]))]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
@@ -106,32 +130,41 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
             window = _window(samples, iterations[r])
             if window is not None:
                 out[r, :3] = _rank_use(*window)
-                out[r, 3] = _node_busy(samples, *window)
+                out[r, 3] = _node_share(samples, *window, "cpu_user", "cpu_system")
+                out[r, 4] = _child_cpus(*window)
+                out[r, 5] = _node_share(samples, *window, "cpu_steal")
     return out
 
 
-def _other_cpus(use: np.ndarray, hosts: Sequence[str], cores: int) -> float:
-    """Mean over hosts of their busy CPUs less their ranks' CPUs (NaN for a host where a rank
-    measured neither)."""
-    if cores <= 0 or len(hosts) < use.shape[0]:
-        return float("nan")
+def _per_host(use: np.ndarray, hosts: Sequence[str], cores: int) -> tuple[float, float]:
+    """(helper CPUs, other CPUs): means over hosts of their ranks' descendants' CPUs, and of
+    their busy CPUs less their ranks' and descendants' (NaN for a host where a rank measured
+    neither)."""
+    nan = float("nan")
+    if len(hosts) < use.shape[0]:
+        return nan, nan
     names = np.asarray(hosts[: use.shape[0]], dtype=object)
-    other = [
-        max(float(use[mine, 3].mean()) * cores - float(use[mine, 0].sum()), 0.0)
-        for mine in (names == host for host in dict.fromkeys(names))
-    ]
-    return _mean(np.asarray(other))
+    helper, other = [], []
+    for mine in (names == host for host in dict.fromkeys(names)):
+        children = float(use[mine, 4].sum())
+        helper.append(children)
+        other.append(max(float(use[mine, 3].mean()) * cores - float(use[mine, 0].sum()) - children, 0.0))
+    return _mean(np.asarray(helper)), _mean(np.asarray(other)) if cores > 0 else nan
 
 
 def sched_row(
     resources: np.ndarray, iterations: np.ndarray, hosts: Sequence[str] = (), cores: int = 0
 ) -> dict[str, float]:
     """`rank_cpus`, `cpu_wait` and `loop_runnable` of a point, means over the ranks that
-    measured them; `other_cpus` given each rank's host and the hosts' CPU count."""
+    measured them; given each rank's host, `helper_cpus`, and `other_cpus` given also the
+    hosts' CPU count."""
     use = rank_use(resources, iterations)
+    helper, other = _per_host(use, hosts, cores)
+    if CHILD_RUN not in (resources.dtype.names or ()):
+        helper = float("nan")  # not measured: the descendants are in other_cpus
     return {
         "rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2]),
-        "other_cpus": _other_cpus(use, hosts, cores),
+        "helper_cpus": helper, "other_cpus": other,
     }  # fmt: skip
 
 
@@ -151,6 +184,8 @@ def resource_row(
     iowait = resources["cpu_iowait"].astype(float)
     row["cpu_user"], row["cpu_system"], row["cpu_iowait"] = _mean(user), _mean(system), _mean(iowait)
     row["cpu_total"] = row["cpu_user"] + row["cpu_system"] + row["cpu_iowait"]
+    if "cpu_steal" in (resources.dtype.names or ()):  # schema 6
+        row["cpu_steal"] = _mean(resources["cpu_steal"].astype(float))
     rss = resources["rss_bytes"]
     ok = rss >= 0
     if ok.any():
@@ -173,12 +208,47 @@ def of_point(p: PointData) -> dict[str, float]:
     return resource_row(p.resources, p.iterations, p.hostnames, int(p.provenance.get("cpu_count", 0) or 0))
 
 
-def shared_host_note(point: str, other_cpus: float) -> str:
-    """The note on a point during which other processes kept OTHER_CPUS_SEEN or more busy; "" else."""
-    if not other_cpus >= OTHER_CPUS_SEEN:
-        return ""
-    return (
-        f"point {point}: other processes than the ranks kept {other_cpus:.2f} CPUs busy during its timed loop: "
-        "other jobs or daemons (its ranks then shared the host: rerun on an idle one), or the job's own "
-        "(a parameter server's servers, a framework's compute process: part of what was measured)"
-    )
+class Row(Protocol):
+    """A point's columns by name: a dict of `resource_row`, or a row of a stats table."""
+
+    def get(self, key: str, default: Any = None, /) -> Any: ...
+
+
+def disturbances(row: Row) -> list[str]:
+    """What besides the job slowed a point (a row of `resource_row`'s columns), in short phrases:
+    other processes' CPUs from OTHER_CPUS_SEEN, the hypervisor's steal from STEAL_SEEN %."""
+    found = []
+    other = float(row.get("other_cpus", math.nan))
+    if other >= OTHER_CPUS_SEEN:
+        found.append(f"other processes {other:.2f} CPUs")
+    steal = float(row.get("cpu_steal", math.nan))
+    if steal >= STEAL_SEEN:
+        found.append(f"hypervisor steal {steal:.0f} %")
+    return found
+
+
+def host_notes(point: str, row: Row) -> list[str]:
+    """Notes on a point during which other processes kept OTHER_CPUS_SEEN CPUs or more busy, or
+    the hypervisor stole STEAL_SEEN % or more of its node's CPU time."""
+    notes = []
+    other = float(row.get("other_cpus", math.nan))
+    if other >= OTHER_CPUS_SEEN:
+        if math.isfinite(float(row.get("helper_cpus", math.nan))):  # the job's own processes are apart
+            who = "other jobs or daemons (the ranks' own servers and compute processes are counted apart)"
+        else:  # a file before schema 6
+            who = (
+                "other jobs or daemons, or the job's own (a parameter server's servers, a framework's compute "
+                "process: part of what was measured)"
+            )
+        notes.append(
+            f"point {point}: other processes than the ranks kept {other:.2f} CPUs busy during its timed loop: {who}; "
+            "where they were not the job's, its ranks shared the host: rerun on an idle one"
+        )
+    steal = float(row.get("cpu_steal", math.nan))
+    if steal >= STEAL_SEEN:
+        notes.append(
+            f"point {point}: the hypervisor gave {steal:.0f} % of the node's CPU time to other virtual machines "
+            "(steal): every thread on it ran that much slower, unseen by its processes; rerun on a quiet or "
+            "dedicated node"
+        )
+    return notes

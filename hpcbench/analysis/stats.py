@@ -106,9 +106,7 @@ def point_warnings(table: pd.DataFrame) -> list[str]:
                     f"point {row['point']}: slowest or fastest iteration is {max(low, high):.0%} from the mean "
                     "(outliers); look at the trace (analyze trace) for pauses, and rerun on an idle machine"
                 )
-        if "other_cpus" in table.columns:
-            shared = resources.shared_host_note(str(row["point"]), float(row["other_cpus"]))
-            notes += [shared] if shared else []
+        notes += resources.host_notes(str(row["point"]), row)
     return notes
 
 

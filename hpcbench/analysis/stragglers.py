@@ -37,12 +37,13 @@ PHASES = BLOCK_PHASES  # the compute phases, then comm: time in the exchange aft
 ROW_PHASES = (*PHASES, "compute")
 HEADLINE_COST_PCT = 5.0
 CPU_WAIT_GAP = 0.10  # a rank's loop waiting this much more for a CPU than the median rank's: its cores were taken
+STEAL_GAP = 5.0  # points (%) more of a rank's node's CPU time lost to the hypervisor than the median rank's
 HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
 
 STRAGGLER_COLUMNS = [
     "point", "rank", "host", "local_rank", "phase", "phase_s", "median_rank_s", "excess_s", "excess_pct",
     "slowest_share", "slowest_iterations", "median_excess_s", "median_excess_pct", "through", "cost_pct",
-    "whatif_t_iter_s", "t_iter_s", "cpu_wait",
+    "whatif_t_iter_s", "t_iter_s", "cpu_wait", "cpu_steal",
 ]  # fmt: skip
 WHATIF_COLUMNS = ["point", "scenario", "rank", "host", "t_iter_s", "throughput", "saving_pct"]
 SCENARIOS = ["measured", "all ranks at median speed", "communication hidden"]  # then each slow rank
@@ -190,13 +191,14 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
         without[slow] = np.where(np.isnan(times).any(axis=1), np.nan, whatif.row_median(times))  # np.median's
     cost = 100.0 * (1.0 - without / t_iter) if t_iter > 0 else np.full(n_ranks, np.nan)
     med_compute = whatif.median_of(typical["compute"])
+    use = resources.rank_use(p.resources, p.iterations)[:n_ranks]
     ranks: Columns = {
         "rank": np.asarray(rank_ids, dtype=np.int64), "host": np.asarray(hosts, dtype=object),
         "local_rank": np.asarray(local, dtype=np.int64), "compute_s": typical["compute"],
         "excess_pct": 100.0 * (typical["compute"] / med_compute - 1.0), "slowest_share": count / max(n, 1),
         "slowest_iterations": count, "median_excess_s": median_excess, "median_excess_pct": 100.0 * median_relative,
         "through": top_phase, "cost_pct": cost, "whatif_t_iter_s": without,
-        "cpu_wait": resources.rank_use(p.resources, p.iterations)[:n_ranks, 1],
+        "cpu_wait": use[:, 1], "cpu_steal": 100.0 * use[:, 5],
     }  # fmt: skip
     buckets = (measured or exposure.of(p.iterations, p.comm, union=False)).bucket_columns
     return PointStragglers(p.point_id, p.point.label(), ranks, _rows(p.point_id, ranks, typical, t_iter),
@@ -222,7 +224,7 @@ def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter:
         "t_iter_s": np.full(n * k, t_iter),
     }
     for key in ("rank", "host", "local_rank", "slowest_share", "slowest_iterations", "median_excess_s",
-                "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s", "cpu_wait"):  # fmt: skip
+                "median_excess_pct", "through", "cost_pct", "whatif_t_iter_s", "cpu_wait", "cpu_steal"):  # fmt: skip
         columns[key] = np.concatenate([ranks[key]] * k)  # np.tile's result, without its overhead
     return columns
 
@@ -309,21 +311,38 @@ def headline(points: list[PointStragglers]) -> str:
         f"Straggler: rank {int(col['rank'][r])} on host {col['host'][r]} costs {cost:.1f} % of point "
         f"{ps.point_id}'s iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(col['whatif_t_iter_s'][r]) * 1e3:.2f} "
         f"ms with it at the median rank's speed), slowest mostly through {col['through'][r] or 'compute'}"
-        f"{_waited(col['cpu_wait'], r)}{more} (stragglers.csv)."
+        f"{_waited(col['cpu_wait'], r)}{_stolen(col['cpu_steal'], r)}{more} (stragglers.csv)."
     )
+
+
+def _above_median(values: np.ndarray, r: int, gap: float) -> float | None:
+    """The median over ranks of `values` when rank r's is `gap` or more above it, else None."""
+    known = values[np.isfinite(values)]
+    if not np.isfinite(values[r]) or known.size < 2:
+        return None
+    typical = float(np.median(known))
+    return typical if values[r] - typical >= gap else None
 
 
 def _waited(waits: np.ndarray, r: int) -> str:
     """', its loop waited ... for a CPU' when the scheduler saw the rank wait more than the median rank."""
-    known = waits[np.isfinite(waits)]
-    if not np.isfinite(waits[r]) or known.size < 2:
-        return ""
-    typical = float(np.median(known))
-    if waits[r] - typical < CPU_WAIT_GAP:
+    typical = _above_median(waits, r, CPU_WAIT_GAP)
+    if typical is None:
         return ""
     return (
         f", and its training loop waited {waits[r]:.0%} of its runnable time for a CPU (the median rank's "
         f"{typical:.0%}): something else held its cores"
+    )
+
+
+def _stolen(steal: np.ndarray, r: int) -> str:
+    """', its node's hypervisor took ...' when the rank's node lost more of its CPU time than the median rank's."""
+    typical = _above_median(steal, r, STEAL_GAP)
+    if typical is None:
+        return ""
+    return (
+        f", and the hypervisor gave {steal[r]:.0f} % of its node's CPU time to other virtual machines (the "
+        f"median rank's node: {typical:.0f} %): a noisy neighbour slowed it"
     )
 
 

@@ -80,26 +80,27 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
     return f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs){ran}"
 
 
-SHARED = "other processes than the ranks"  # the start of the note below
+DISTURBED = "measured beside other work"  # the start of the note below
 
 
-def _shared_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) -> str:
+def _disturbed_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) -> str:
     """Points of the prediction (the held-out one, its calibration points) during whose timed
-    loop other processes than the ranks kept cores busy (resources.py, `other_cpus`)."""
-    if "other_cpus" not in stats.columns:
-        return ""
-    other = stats["other_cpus"].astype(float)
+    loop other processes than the job's kept cores busy, or a hypervisor stole CPU time
+    (resources.py, `other_cpus` and `cpu_steal`)."""
     named = [("this point", point), *((f"calibration point {p.point_id}", p.point_id) for p in train)]
-    shared = [f"{other[key]:.2f} during {name}" for name, key in named if other[key] >= resources.OTHER_CPUS_SEEN]
-    if not shared:
-        return ""
-    return f"{SHARED} {resources.OTHER_WHO} kept CPUs busy: " + ", ".join(shared)
+    found = [
+        f"{what} during {name}"
+        for name, key in named
+        if key in stats.index
+        for what in resources.disturbances(cast(pd.Series, stats.loc[key]))
+    ]
+    return f"{DISTURBED}: " + ", ".join(found) if found else ""
 
 
 def _notes(
     cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series, stats: pd.DataFrame
 ) -> str:
-    notes = (_note(cal, where, train), _wait_note(row, where), _shared_note(str(row.name), train, stats))
+    notes = (_note(cal, where, train), _wait_note(row, where), _disturbed_note(str(row.name), train, stats))
     return "; ".join(n for n in notes if n)
 
 
@@ -170,7 +171,10 @@ def headline(table: pd.DataFrame) -> str:
     unmeasured = int(table["note"].fillna("").str.startswith("effective cores not measured").sum())
     if unmeasured:
         tail += f"; held-out points whose compute was extrapolated without the host's effective cores: {unmeasured}"
-    shared = int(table["note"].fillna("").str.contains(SHARED).sum())
-    if shared:
-        tail += f"; held-out points predicted from or measured beside other processes' CPU use: {shared}"
+    disturbed = int(table["note"].fillna("").str.contains(DISTURBED).sum())
+    if disturbed:
+        tail += (
+            f"; held-out points predicted from or measured beside other work (other processes' CPUs, "
+            f"a hypervisor's steal): {disturbed}"
+        )
     return "Model held-out error (leave one scale out): " + "; ".join(parts) + tail + "."

@@ -69,9 +69,8 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
         if where.oversubscribed:
             print(f"note: point {p.point_id}: oversubscribed: {where.ranks_per_host} ranks x {where.threads} "
                   f"threads on {where.cores} cores; compute and CPU collectives are time-shared", file=out)  # fmt: skip
-        shared = resources.shared_host_note(p.point_id, resources.of_point(p)["other_cpus"])
-        if shared:
-            print(f"note: {shared}", file=out)
+        for note in resources.host_notes(p.point_id, resources.of_point(p)):
+            print(f"note: {note}", file=out)
     print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)
     return 0
 

@@ -10,7 +10,7 @@ import pytest
 
 from hpcbench.analysis import resources
 from hpcbench.store.schema import RESOURCE_DTYPE, SCHED_COLUMNS
-from tests.analysis.helpers import iterations, sched_rows
+from tests.analysis.helpers import iterations, sched_rows, without
 
 
 def test_cpus_and_wait_share_over_the_timed_window() -> None:
@@ -35,8 +35,8 @@ def test_unknown_when_counters_go_back_or_are_absent() -> None:
     rows["main_run_ns"] = -1  # no schedstat
     assert math.isnan(resources.sched_row(rows, it)["cpu_wait"])
     # a file from before schema 5 has no such columns; no sample at the window's start: unknown too
-    old = np.dtype([(n, RESOURCE_DTYPE[n]) for n in RESOURCE_DTYPE.names or () if n not in SCHED_COLUMNS])
-    assert all(math.isnan(v) for v in resources.sched_row(np.zeros(2, dtype=old), it).values())
+    old = without(np.zeros(2, dtype=RESOURCE_DTYPE), *SCHED_COLUMNS, "child_run_ns", "cpu_steal")
+    assert all(math.isnan(v) for v in resources.sched_row(old, it).values())
     late = sched_rows(1, 1.5, 5.5, wait=0.1)  # opens after the first timed iteration began
     assert all(math.isnan(v) for v in resources.sched_row(late, it).values())
 
@@ -73,3 +73,42 @@ def test_other_processes_cpus_are_the_hosts_busy_cpus_less_their_ranks() -> None
     # without the hosts' CPU count or each rank's host: unknown
     assert math.isnan(resources.sched_row(rows, it, ["a", "a", "b"])["other_cpus"])
     assert math.isnan(resources.sched_row(rows, it, ["a"], cores=2)["other_cpus"])
+
+
+def test_the_ranks_own_child_processes_are_counted_apart_from_other_processes() -> None:
+    # 2 ranks on one host of 4 CPUs, 75 % busy over the window (3 CPUs): the ranks ran on
+    # 0.5 CPUs each and their children (servers, compute processes) on 0.8 each: 1.6 CPUs
+    # of helpers, 3 - 1.0 - 1.6 = 0.4 CPUs of other processes.
+    it = iterations(2, 12, warmup=2, forward=0.2)
+    rows = sched_rows(2, 1.5, 11.5, wait=0.0, cpus=0.5, node_busy=0.75, children=0.8)
+    use = resources.sched_row(rows, it, ["a", "a"], cores=4)
+    assert use["helper_cpus"] == pytest.approx(1.6, rel=1e-6)
+    assert use["other_cpus"] == pytest.approx(0.4, rel=1e-6)
+    # a descendant ended inside the window (the sum fell): that host's helpers and others are unknown
+    fell = rows.copy()
+    fell["child_run_ns"][1] = fell["child_run_ns"][0] - 1
+    assert all(math.isnan(resources.sched_row(fell, it, ["a", "a"], cores=4)[k]) for k in ("helper_cpus", "other_cpus"))
+    # a file before schema 6 does not know the descendants: they count among the other processes
+    before = resources.sched_row(without(rows, "child_run_ns", "cpu_steal"), it, ["a", "a"], cores=4)
+    assert math.isnan(before["helper_cpus"]) and before["other_cpus"] == pytest.approx(2.0, rel=1e-6)
+
+
+def test_notes_name_other_processes_and_the_hypervisors_steal_from_their_thresholds() -> None:
+    quiet = {"other_cpus": 0.24, "helper_cpus": 1.0, "cpu_steal": 4.9}
+    assert resources.disturbances(quiet) == [] and resources.host_notes("p", quiet) == []
+    loud = {"other_cpus": 0.25, "helper_cpus": 1.0, "cpu_steal": 5.0}
+    assert resources.disturbances(loud) == ["other processes 0.25 CPUs", "hypervisor steal 5 %"]
+    other, steal = resources.host_notes("p", loud)
+    assert other.startswith("point p: other processes than the ranks kept 0.25 CPUs busy") and "counted apart" in other
+    assert steal.startswith("point p: the hypervisor gave 5 % of the node's CPU time to other virtual machines")
+    # without the descendants measured (files before schema 6) the note says they may be the job's own
+    (old,) = resources.host_notes("p", {"other_cpus": 0.3, "helper_cpus": math.nan})
+    assert "the job's own" in old and "counted apart" not in old
+
+
+def test_steal_is_the_mean_of_the_samples_and_unknown_in_older_files() -> None:
+    it = iterations(1, 4, warmup=1, forward=0.2)
+    rows = sched_rows(1, 0.9, 3.3, wait=0.0)
+    rows["cpu_steal"] = [2.0, 10.0]
+    assert resources.resource_row(rows, it)["cpu_steal"] == pytest.approx(6.0)
+    assert math.isnan(resources.resource_row(without(rows, "cpu_steal"), it)["cpu_steal"])

@@ -282,3 +282,32 @@ def test_report_writes_the_tables_and_the_headline(tmp_path: Path) -> None:
     stats = tables.analyse(tmp_path).stats
     assert {"comm_union_share", "comm_exposed_share"} <= set(stats)
     assert len(np.zeros(0, dtype=COMM_DTYPE)) == 0
+
+
+def test_a_straggler_on_a_node_whose_hypervisor_stole_cpu_time_is_said_to_have_a_noisy_neighbour(
+    tmp_path: Path,
+) -> None:
+    """Rank 3's node lost 10 % of its CPU time over the window (20 % over its second half),
+    the others' 1 %: its loop waited no more than theirs (stolen time is in no account), and
+    the line names the hypervisor."""
+    a = synchronous(5, 40, {3: {"forward": 3.0}})
+    t_open, t_close = float(a["t_start"][0, 0]) - 0.01, float(a["t_end"][0, -1]) + 0.01
+    samples = sched_rows(5, t_open, t_close, wait=0.05)
+    mid = samples[1::2].copy()  # a sample halfway: the window is tiled by two halves
+    mid["t"] = (t_open + t_close) / 2
+    samples["cpu_steal"][1::2] = [1.0, 1.0, 1.0, 20.0, 1.0]
+    mid["cpu_steal"] = [1.0, 1.0, 1.0, 0.0, 1.0]
+    point = Point(framework="torch", backend="gloo", ranks_per_node=5)
+    rows = np.concatenate([samples, mid])
+    ps = stragglers.attribute(read_point(write_point_file(tmp_path / "p.h5", point, a, resources=rows)))
+    assert ps.ranks["cpu_steal"].to_numpy() == pytest.approx([1.0, 1.0, 1.0, 10.0, 1.0], rel=1e-6)
+    line = stragglers.headline([ps])
+    assert "rank 3 on host node0" in line and "waited" not in line
+    assert (
+        "the hypervisor gave 10 % of its node's CPU time to other virtual machines (the median rank's node: 1 %)"
+        in (line)
+    )
+    # 4 points above the median rank's node is within what is not named
+    rows["cpu_steal"][rows["cpu_steal"] == 20.0] = 10.0
+    near = stragglers.attribute(read_point(write_point_file(tmp_path / "q.h5", point, a, resources=rows)))
+    assert "hypervisor" not in stragglers.headline([near])

@@ -155,8 +155,10 @@ def test_a_cpu_bound_process_beside_one_rank_of_a_torch_point_is_found(
     assert num(found, victim, "cost_pct") > 3, found
     # and the scheduler says why: the victim's training loop waited for its core, the other's did not as much
     assert num(found, victim, "cpu_wait") > num(found, 1 - victim, "cpu_wait") + 0.1, found
-    # and that processes other than the ranks held CPUs: the hogs share one core with the victim
-    assert resources.of_point(point)["other_cpus"] > 0.4
+    # and that processes other than the job's held CPUs: the hogs share one core with the victim,
+    # and are no descendants of the ranks (each runs in a session of its own)
+    use = resources.of_point(point)
+    assert use["other_cpus"] > 0.4 and use["helper_cpus"] == 0.0, use
 
 
 def _found(point: PointData) -> pd.DataFrame:

@@ -232,14 +232,15 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
 
 
 def host_of_125_cores(
-    directory: Path, runnable: float | None = None, cores: float = 1.25, others: bool = False
+    directory: Path, runnable: float | None = None, cores: float = 1.25, others: bool = False, steal4: float = 0.0
 ) -> dict[int, float]:
     """Single-thread ranks on a 2-CPU host worth `cores` cores (1.25: sibling hardware threads,
     say): compute grows by max(1, k / cores), not max(1, k / 2). With `runnable`, the point files
     hold what the scheduler saw: each loop waited 1 - 1 / slowdown of its runnable time
     (2 ranks: 37.5 %, 4 ranks: 68.75 %), runnable for that share of the time (the compute's
     share is 1). With `others`, the host is worth less because other processes hold 2 - `cores`
-    of its CPUs: the ranks run on what is left. The truth: t_iter per rank count."""
+    of its CPUs: the ranks run on what is left. `steal4`: the hypervisor's steal (%) while the
+    4-rank point ran. The truth: t_iter per rank count."""
     truth = {}
     for n in (1, 2, 4):
         scale = max(1.0, n / cores)
@@ -252,6 +253,8 @@ def host_of_125_cores(
             if runnable is not None
             else None
         )
+        if waits is not None and n == 4:
+            waits["cpu_steal"] = steal4
         write_point_file(directory / f"{point.id}.h5", point, it, resources=waits, hostnames=["h"] * n,
                          provenance=provenance)  # fmt: skip
         truth[n] = (FORWARD + BACKWARD + UPDATE) * scale
@@ -294,13 +297,31 @@ def test_the_notes_name_the_points_during_which_other_processes_held_cpus(tmp_pa
     analysis = tables.analyse(tmp_path)
     stats = analysis.stats.set_index("ranks")
     assert stats["other_cpus"].to_numpy() == pytest.approx([0.75] * 3, rel=1e-6)
-    assert "predicted from or measured beside other processes' CPU use: 3" in analysis.headlines[0]
+    assert "measured beside other work (other processes' CPUs, a hypervisor's steal): 3" in analysis.headlines[0]
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         note = str(held.loc[n, "note"])
-        assert "other processes than the ranks" in note and "0.75 during this point" in note
+        assert "measured beside other work: other processes 0.75 CPUs during this point" in note
         for m in {1, 2, 4} - {n}:
-            assert f"0.75 during calibration point {stats.loc[m, 'point']}" in note
+            assert f"0.75 CPUs during calibration point {stats.loc[m, 'point']}" in note
+
+
+def test_the_notes_name_the_point_during_which_the_hypervisor_stole_cpu_time(tmp_path: Path) -> None:
+    """The 4-rank point ran while the hypervisor took 8 % of the host's CPU time: the stats
+    say so, its own held-out note and those calibrated on it name it, and no other point."""
+    host_of_125_cores(tmp_path, runnable=1.0, steal4=8.0)
+    analysis = tables.analyse(tmp_path)
+    stats = analysis.stats.set_index("ranks")
+    assert stats["cpu_steal"].to_numpy() == pytest.approx([0.0, 0.0, 8.0])
+    assert "a hypervisor's steal): 3" in analysis.headlines[0]
+    held = analysis.held_out.set_index("ranks")
+    assert "measured beside other work: hypervisor steal 8 % during this point" in str(held.loc[4, "note"])
+    for n in (1, 2):
+        note = str(held.loc[n, "note"])
+        assert f"hypervisor steal 8 % during calibration point {stats.loc[4, 'point']}" in note
+        assert "during this point" not in note
+    notes = [n for n in analysis.notes if "hypervisor gave" in n]
+    assert len(notes) == 1 and notes[0].startswith(f"point {stats.loc[4, 'point']}: the hypervisor gave 8 %")
 
 
 def test_loops_that_did_not_wait_measure_the_cpu_count(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcbench.analysis import resources
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
@@ -74,6 +75,10 @@ def test_two_ranks_exchange_every_gradient_agree_and_learn(write_spec: Callable[
     assert sorted(p.point.model for p in points) == ["lenet", "mlp"]
     for data in points:
         check_cell(data)
+        # each rank's CNTK process is its child, computing through the whole window: the job's own
+        helper = resources.of_point(data)["helper_cpus"]
+        print(f"{data.point.model}: helper_cpus {helper:.2f}")
+        assert helper > 0.1, helper
         if data.point.model == "mlp":  # LeNet learns the task too, but needs more than 32 iterations
             ev = data.eval
             accuracy = ev["correct"].sum() / ev["total"].sum()

@@ -17,6 +17,7 @@ import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
+from hpcbench.analysis import resources
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
@@ -93,6 +94,8 @@ def test_dist_sync_exchanges_every_gradient_and_ranks_agree(write_spec: Callable
     push, pull = comm[comm["op"] == b"push"], comm[comm["op"] == b"pull"]
     assert (pull["t_start"] >= push["t_end"] - 1e-6).all()
     assert leftover_roles() == []
+    # the scheduler and servers are the ranks' children: the job's own CPUs, not other processes'
+    assert resources.of_point(data)["helper_cpus"] > 0.0
 
 
 def test_dist_async_servers_take_every_update(write_spec: Callable[..., Path], tmp_path: Path) -> None:
