@@ -64,9 +64,13 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else float("nan")
 
 
-def _window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, np.void] | None:
-    """A rank's samples that open and close its timed window, or None."""
+def rank_window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, np.void] | None:
+    """A rank's samples (sorted by time) that open and close its timed window, or None. Since
+    schema 6 those the rank took itself (they alone read its descendants: `child_run_ns` ≥ 0),
+    where it has such samples: a periodic one may fall between a window's edge and the loop's."""
     timed = iterations[iterations["warmup"] == 0]
+    if CHILD_RUN in (samples.dtype.names or ()) and (samples[CHILD_RUN] >= 0).any():
+        samples = samples[samples[CHILD_RUN] >= 0]
     if timed.size == 0 or samples.size == 0:
         return None
     before = samples[samples["t"] <= timed["t_start"][0] + WINDOW_SLACK_S]
@@ -127,7 +131,7 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
         for r in range(iterations.shape[0]):
             samples = by_rank[edges[r] : edges[r + 1]]
-            window = _window(samples, iterations[r])
+            window = rank_window(samples, iterations[r])
             if window is not None:
                 out[r, :3] = _rank_use(*window)
                 out[r, 3] = _node_share(samples, *window, "cpu_user", "cpu_system")

@@ -10,15 +10,17 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
   CPU time (all cores, as sysstat reports it) spent in each state since the previous sample
   of this sampler; steal is the time a hypervisor ran something else while the node's
   virtual CPUs wanted to run (NaN where the kernel does not count it). Computed here from
-  two `psutil.cpu_times()` readings with psutil's own formula (per-field deltas clamped at
-  0, guest time not counted twice), not with
+  two readings of the node's CPU times (on Linux the first line of /proc/stat, elsewhere
+  `psutil.cpu_times()`) with psutil's own formula (per-field deltas clamped at 0, guest
+  time not counted twice), not with
   `psutil.cpu_times_percent(interval=None)`: that keeps its "previous reading" per calling
   thread (so the samples taken by `start`/`stop` on the caller's thread and those of the
   sampler thread would have different baselines, and a thread's first call returns all
   zeros), and it divides by at least one second of CPU time (so with cores × period < 1 s
   every percentage comes out too small). The baseline is primed when the sampler is
   created: the first sample (the one `start` takes) covers the time since construction.
-- ``rss_bytes``: the rank's own resident set size (`psutil.Process().memory_info().rss`).
+- ``rss_bytes``: the rank's own resident set size (on Linux /proc/self/statm's resident pages
+  × the page size, what `psutil.Process().memory_info().rss` reports; psutil's elsewhere).
 - ``gpu_*``: the rank's GPU through NVML (nvidia-ml-py's `pynvml`) when ``gpu_index`` is
   given: utilization percent, memory used on the whole device (bytes), power (W) and SM
   clock (MHz). NVML is initialised once, at construction, and shut down by `stop`.
@@ -26,23 +28,32 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
   port of every device under ``/sys/class/infiniband`` (RoCE devices appear there too),
   converted to bytes. The counters are cumulative since the HCA was reset: rates are the
   differences between rows.
-- ``sched_run_ns`` / ``sched_wait_ns``: the rank process's threads' time on a CPU and time
-  runnable but waiting for one, summed over ``/proc/self/task/*/schedstat`` (Linux), ns,
-  cumulative; ``main_run_ns`` / ``main_wait_ns`` the same of the thread that built the
-  sampler (the rank's training loop). Their differences between two rows say how many CPUs
-  the rank ran on and what share of the time its loop wanted a CPU it waited for one (the
-  cost of CPU contention). A thread that ends takes its counts with it: a difference of the
-  process's sums can be negative when threads came and went, and is read as unknown.
+- ``sched_run_ns``: the rank process's time on a CPU, all its threads, ended ones included
+  (the process CPU-time clock, which the kernel keeps from the same counts as
+  ``schedstat``), ns, cumulative. ``sched_wait_ns``: its threads' time runnable but waiting
+  for a CPU, summed over ``/proc/self/task/*/schedstat`` (Linux), ns, cumulative: a thread
+  that ends takes its counts with it, so a difference can be negative when threads came and
+  went, and is read as unknown. ``main_run_ns`` / ``main_wait_ns``: both of the thread that
+  built the sampler (the rank's training loop), from its ``schedstat``. Their differences
+  between two rows say how many CPUs the rank ran on and what share of the time its loop
+  wanted a CPU it waited for one (the cost of CPU contention).
 - ``child_run_ns``: the time on a CPU of the rank's descendant processes (every thread of
   each), ns, cumulative over the ones alive at the sample: the servers a parameter-server
   backend starts, a framework's compute process. They belong to the job, not to the
   other work that shared its host. A child that ends takes its counts with it, as a thread
-  does. Read in the samples the rank's own thread takes (`start`, `sample_now`: when warm-up
-  ends and when the timed loop ends, `stop`), -1 in the thread's periodic ones: finding the
-  descendants scans the process table (psutil reads every /proc/PID/stat), and a thread that
-  does so much I/O beside a loop that holds Python's interpreter lock takes the lock back at
-  every read, so that both stall (measured: 6-sample runs at a 0.05 s period skipped 3 to 9
-  periods).
+  does.
+
+``sched_wait_ns`` and ``child_run_ns`` are read in the samples the rank's own thread takes
+(`start`, `sample_now`: when warm-up ends and when the timed loop ends, `stop`), and are -1
+in the thread's periodic ones: they read a file per thread or per process (the descendants
+are found by a scan of the process table). Every read releases Python's interpreter lock,
+and a sampler thread beside a loop that holds the lock waits up to the interpreter's switch
+interval (5 ms) to take it back after each one. So the periodic samples read three files,
+each through a descriptor kept open until `stop` (one read each: /proc/stat,
+/proc/self/statm, the main thread's ``schedstat``), plus NVML's calls. Measured on a
+16-core GPU node (an H200's), a PyTorch process of 33 threads beside a busy loop, asking
+for a 0.05 s period: samples every 0.05 s; 0.725-0.75 s apart when every file was opened,
+read to its end and closed (psutil's readers, every thread's ``schedstat``, as before).
 
 A source that is missing (no psutil, no NVML library or GPU, no InfiniBand) gives NaN
 (float columns) or -1 (integer columns) and ``sources[name] = "absent: <reason>"``; nothing
@@ -66,7 +77,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -75,6 +86,23 @@ from hpcbench.store.schema import CHILD_RUN, RESOURCE_DTYPE, SCHED_COLUMNS
 _CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal")
 _GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
 _GUEST_FIELDS = ("guest", "guest_nice") if sys.platform.startswith("linux") else ()
+
+
+class _CpuTimes(NamedTuple):
+    """/proc/stat's cpu line, in clock ticks (psutil's names; shares need no unit)."""
+
+    user: int
+    nice: int
+    system: int
+    idle: int
+    iowait: int
+    irq: int
+    softirq: int
+    steal: int
+    guest: int  # included in user, and guest_nice in nice: counted once
+    guest_nice: int
+
+
 _IB_WORD_BYTES = 4  # port_rcv_data / port_xmit_data count 32-bit words (IB PortRcvData / PortXmitData)
 _JOIN_TIMEOUT_S = 5.0  # a sample takes milliseconds; this only bounds a hung source (e.g. NVML)
 
@@ -84,11 +112,15 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _split_schedstat(text: bytes) -> tuple[int, int]:
+    fields = text.split()
+    return int(fields[0]), int(fields[1])
+
+
 def read_schedstat(path: str) -> tuple[int, int]:
     """(run ns, run-queue wait ns): the first two fields of a thread's `schedstat`."""
     with open(path, "rb") as f:
-        fields = f.read().split()
-    return int(fields[0]), int(fields[1])
+        return _split_schedstat(f.read())
 
 
 def sum_schedstat(tasks: Path) -> tuple[int, int]:
@@ -175,16 +207,38 @@ class Sampler:
         self._psutil: Any = None
         self._process: Any = None
         self._cpu_last: Any = None
+        self._fds: list[int] = []  # kept open until stop: one read per sample each
         try:
             import psutil  # type: ignore[import-untyped]
 
             self._process = psutil.Process()
-            self._cpu_last = psutil.cpu_times()  # priming: the first sample covers the time since now
+            self._cpu_times, self._rss, how = self._proc_readers(psutil)
+            self._cpu_last = self._cpu_times()  # priming: the first sample covers the time since now
         except Exception as exc:  # noqa: BLE001 - no psutil (or no /proc): the CPU columns stay NaN / -1
             self._set_source("cpu", f"absent: {_describe(exc)}")
             return
         self._psutil = psutil
-        self._set_source("cpu", "psutil")
+        self._set_source("cpu", how)
+
+    def _proc_readers(self, psutil: Any) -> tuple[Callable[[], Any], Callable[[], int], str]:
+        """(the node's CPU times, the process's RSS, how): on Linux one read each of /proc/stat's
+        first line and /proc/self/statm, through descriptors kept open; elsewhere psutil's."""
+        try:
+            stat, statm = self._open_fd("/proc/stat"), self._open_fd("/proc/self/statm")
+        except OSError:
+            return psutil.cpu_times, lambda: int(self._process.memory_info().rss), "psutil"
+        page = os.sysconf("SC_PAGE_SIZE")
+
+        def cpu_times() -> _CpuTimes:
+            ticks = [int(x) for x in os.pread(stat, 512, 0).split(b"\n", 1)[0].split()[1:]]  # after b"cpu"
+            return _CpuTimes(*(ticks + [0] * len(_CpuTimes._fields))[: len(_CpuTimes._fields)])  # old kernels: fewer
+
+        return cpu_times, lambda: int(os.pread(statm, 128, 0).split()[1]) * page, "/proc/stat, /proc/self/statm"
+
+    def _open_fd(self, path: str) -> int:
+        fd = os.open(path, os.O_RDONLY)
+        self._fds.append(fd)
+        return fd
 
     def _open_gpu(self, index: int | None) -> None:
         self._nvml: Any = None
@@ -254,16 +308,19 @@ class Sampler:
 
     def _open_sched(self, root: str) -> None:
         self._sched_root: Path | None = None
+        self._main_fd = -1
         self._set_source("children", "absent: no schedstat")
-        self._sched_main = os.path.join(root, str(threading.get_native_id()), "schedstat")
+        main = os.path.join(root, str(threading.get_native_id()), "schedstat")
         try:
             sum_schedstat(Path(root))
-            read_schedstat(self._sched_main)
+            self._main_fd = self._open_fd(main)
+            _split_schedstat(os.pread(self._main_fd, 256, 0))
         except (OSError, ValueError, IndexError) as exc:
+            self._main_fd = -1
             self._set_source("sched", f"absent: {_describe(exc)}")
             return
         self._sched_root = Path(root)
-        self._set_source("sched", f"schedstat: {root}/*/schedstat, main thread {self._sched_main}")
+        self._set_source("sched", f"process CPU clock; schedstat: {root}/*/schedstat, main thread {main}")
         self._proc_root = self._sched_root.parent.parent  # /proc, for the descendants' threads
         if self._process is None:
             self._set_source("children", "absent: no psutil")
@@ -283,20 +340,21 @@ class Sampler:
 
     # --- sampling --------------------------------------------------------------------------
 
-    def sample_now(self, descendants: bool = True) -> None:
+    def sample_now(self, thorough: bool = True) -> None:
         """Take one sample synchronously and append it to the ring (used by start/stop, the
-        loop's window edges, tests); `descendants`: read `child_run_ns` (-1 otherwise)."""
+        loop's window edges, tests); not `thorough`: `sched_wait_ns` and `child_run_ns` are
+        left out (-1), as in the thread's periodic samples."""
         with self._sample_lock:
-            self._sample(descendants)
+            self._sample(thorough)
 
-    def _sample(self, descendants: bool) -> None:
+    def _sample(self, thorough: bool) -> None:
         row = self._row
         row["t"] = (time.perf_counter_ns() + self._offset_ns) / 1e9
         self._read_cpu(row)
         self._read_gpu(row)
         self._read_ib(row)
-        self._read_sched(row)
-        self._read_children(row, descendants)
+        self._read_sched(row, thorough)
+        self._read_children(row, thorough)
         with self._lock:
             if self._written - self._read >= self.capacity:  # full: the oldest row goes
                 self._read += 1
@@ -312,7 +370,7 @@ class Sampler:
             row["rss_bytes"] = -1
             return
         try:
-            now = psutil.cpu_times()
+            now = self._cpu_times()
             last, self._cpu_last = self._cpu_last, now
             total = 0.0
             for field in now._fields:
@@ -332,7 +390,7 @@ class Sampler:
                 row[column] = math.nan
             self._note_error("cpu", exc)
         try:
-            row["rss_bytes"] = self._process.memory_info().rss
+            row["rss_bytes"] = self._rss()
         except Exception as exc:  # noqa: BLE001
             row["rss_bytes"] = -1
             self._note_error("cpu", exc)
@@ -347,20 +405,29 @@ class Sampler:
             except Exception as exc:  # noqa: BLE001 - any NVMLError: this row's value stays NaN / -1
                 self._note_error("gpu", exc)
 
-    def _read_sched(self, row: Any) -> None:
+    def _read_sched(self, row: Any, thorough: bool) -> None:
         for column in SCHED_COLUMNS:
             row[column] = -1
-        if self._sched_root is None:
+        if self._sched_root is None or self._main_fd < 0:  # no schedstat, or stopped
             return
         try:
-            row["sched_run_ns"], row["sched_wait_ns"] = sum_schedstat(self._sched_root)
-            row["main_run_ns"], row["main_wait_ns"] = read_schedstat(self._sched_main)
+            row["sched_run_ns"] = time.process_time_ns()
+            row["main_run_ns"], row["main_wait_ns"] = _split_schedstat(os.pread(self._main_fd, 256, 0))
+            if thorough:
+                row["sched_wait_ns"] = sum_schedstat(self._sched_root)[1]
         except (OSError, ValueError, IndexError) as exc:  # the main thread ended: counts unknown
             self._note_error("sched", exc)
 
-    def _read_children(self, row: Any, descendants: bool) -> None:
+    def _close_files(self) -> None:
+        self._main_fd = -1
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+        self._psutil = None  # the CPU columns are NaN / -1 from now on
+
+    def _read_children(self, row: Any, thorough: bool) -> None:
         row[CHILD_RUN] = -1
-        if not descendants or self._process is None or self._sched_root is None:
+        if not thorough or self._process is None or self._sched_root is None:
             return
         try:
             children = self._process.children(recursive=True)
@@ -394,7 +461,7 @@ class Sampler:
         # Event.wait, not sleep: stop() wakes the thread at once.
         while not self._stop_event.wait(max(0.0, (deadline - time.perf_counter_ns()) / 1e9)):
             try:
-                self.sample_now(descendants=False)
+                self.sample_now(thorough=False)
             except Exception as exc:  # noqa: BLE001 - sources catch their own; this is the last net
                 self._note_error("sampler", exc)
             deadline += period_ns
@@ -423,6 +490,7 @@ class Sampler:
                 self._note_error("sampler", TimeoutError(f"sampler thread still running after {_JOIN_TIMEOUT_S} s"))
                 return
         self.sample_now()
+        self._close_files()
         nvml = self._nvml
         if nvml is not None:
             self._nvml = self._gpu = None

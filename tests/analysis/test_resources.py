@@ -112,3 +112,16 @@ def test_steal_is_the_mean_of_the_samples_and_unknown_in_older_files() -> None:
     rows["cpu_steal"] = [2.0, 10.0]
     assert resources.resource_row(rows, it)["cpu_steal"] == pytest.approx(6.0)
     assert math.isnan(resources.resource_row(without(rows, "cpu_steal"), it)["cpu_steal"])
+
+
+def test_the_window_opens_and_closes_at_the_samples_the_rank_took_itself() -> None:
+    """A periodic sample (descendants not read: -1) between the loop's edge sample and the
+    window's first iteration is not taken for the edge: the descendants stay known."""
+    it = iterations(1, 12, warmup=2, forward=0.2)  # timed from t = 2
+    rows = sched_rows(1, 1.5, 11.5, wait=0.0, children=0.4)
+    periodic = rows[0].copy()
+    periodic["t"], periodic["child_run_ns"], periodic["sched_wait_ns"] = 1.9, -1, -1
+    both = np.concatenate([rows, [periodic]])
+    edges = resources.rank_window(np.sort(both, order="t"), it)
+    assert edges is not None and [float(e["t"]) for e in edges] == [1.5, 11.5]
+    assert resources.sched_row(both, it, ["a"], cores=2)["helper_cpus"] == pytest.approx(0.4, rel=1e-6)

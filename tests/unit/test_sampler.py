@@ -75,7 +75,7 @@ def test_values_plausible_and_first_sample_covers_time_since_construction(
     samplers: list[Sampler], clock: tuple[int, int]
 ) -> None:
     s = make(samplers, clock)
-    assert s.sources["cpu"] == "psutil"
+    assert s.sources["cpu"] == ("/proc/stat, /proc/self/statm" if sys.platform.startswith("linux") else "psutil")
     busy(0.1)  # between construction (priming) and the first sample
     s.sample_now()
     busy(0.1)
@@ -155,8 +155,11 @@ def test_thread_samples_at_its_period_and_stops_promptly(samplers: list[Sampler]
     t = rows["t"]
     assert (np.diff(t) > 0).all()
     thread_gaps = np.diff(t[:-1])[1:]  # between the thread's own samples
-    # never sooner than its period (less the timer's slack); late only as load makes it
-    assert (thread_gaps > 0.03).all() and np.median(thread_gaps) < 0.15, thread_gaps
+    # the k-th never before its deadline, k periods after start's sample (less the timer's
+    # slack; one woken late may be followed closely by one on time); late only as load makes it
+    own = t[1:-1] - t[0]
+    assert (own >= 0.05 * np.arange(1, own.size + 1) - 0.005).all(), own
+    assert np.median(thread_gaps) < 0.15, thread_gaps
     # every full period of a busy thread shows CPU use (a thread's first psutil reading does not)
     full = np.flatnonzero(np.diff(t) >= 0.04) + 1
     assert len(full) >= 4
@@ -297,7 +300,7 @@ def test_schedstat_counts_the_loops_thread_and_every_thread(samplers: list[Sampl
     thread's (one at a time: Python threads that spin together take turns at the interpreter
     lock, and sleep while they wait for it)."""
     s = make(samplers, clock)
-    assert s.sources["sched"].startswith("schedstat: ")
+    assert "schedstat: " in s.sources["sched"]
     s.sample_now()
     busy(0.3)
     s.sample_now()
@@ -314,7 +317,10 @@ def test_schedstat_counts_the_loops_thread_and_every_thread(samplers: list[Sampl
     s.sample_now()
     release.set()
     other.join()
-    a, b, c = s.drain()
+    s.sample_now(thorough=False)  # as the thread samples: no file per thread
+    a, b, c, d = s.drain()
+    # the process's CPU time keeps an ended thread's; its wait (a sum over living threads) is left out
+    assert d["sched_run_ns"] >= c["sched_run_ns"] and d["sched_wait_ns"] == -1 and d["main_wait_ns"] >= 0
 
     def runnable(x: np.void, y: np.void, prefix: str) -> float:
         return (
@@ -397,3 +403,24 @@ def test_steal_is_a_share_of_the_node_beside_the_other_states(samplers: list[Sam
         assert all(0.0 <= x <= 100.0 for x in shares) and sum(shares) <= 100.0 + 1e-3
     else:
         assert math.isnan(row["cpu_steal"])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the /proc readers are Linux's")
+def test_the_proc_readers_read_what_psutil_reads(samplers: list[Sampler], clock: tuple[int, int]) -> None:
+    """The node's CPU times and the process's RSS, each one read of a descriptor kept open,
+    are psutil's figures (read right after: within a few clock ticks, and a few pages)."""
+    import psutil  # type: ignore[import-untyped]
+
+    s = make(samplers, clock)
+    tick = os.sysconf("SC_CLK_TCK")
+    for _ in range(3):  # the descriptors read fresh values every time
+        busy(0.05)
+        ours, theirs = s._cpu_times(), psutil.cpu_times()
+        for field in ("user", "system", "idle", "iowait", "steal"):
+            assert getattr(ours, field) / tick == pytest.approx(getattr(theirs, field), abs=0.05), field
+        assert abs(s._rss() - psutil.Process().memory_info().rss) <= 64 * os.sysconf("SC_PAGE_SIZE")
+    s.stop()
+    assert s._fds == []  # closed
+    s.sample_now()
+    (*_, last) = s.drain()
+    assert math.isnan(last["cpu_user"]) and last["rss_bytes"] == -1 and last["sched_run_ns"] == -1
