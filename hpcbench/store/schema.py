@@ -55,7 +55,9 @@ import numpy as np
 #   6 (hpcbench 0.6.0): resources.cpu_steal (the node's CPU time stolen by the hypervisor, percent,
 #                       like cpu_user) and child_run_ns (the CPU time of the rank's descendant
 #                       processes: a parameter server's servers, a framework's compute process).
-#                       Readers treat the columns as absent in older files.
+#                       Readers treat the columns as absent in older files. sched_run_ns is the
+#                       process's CPU clock (ended threads included); sched_wait_ns and
+#                       child_run_ns are -1 in the sampler thread's periodic samples.
 SCHEMA_VERSION = 6
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
