@@ -72,7 +72,16 @@ def test_lab_is_built_and_removed_even_after_a_crash() -> None:
 
 
 def _ranks(stdout: str) -> list[dict[str, object]]:
-    return sorted((json.loads(line) for line in stdout.splitlines() if line.startswith("{")), key=lambda r: r["rank"])
+    """Each rank's JSON object. mpirun forwards the ranks' output in chunks of its own: two
+    ranks' lines once came joined ('{...}{...}' on one line), so objects are read one after
+    another, whatever separates them."""
+    decoder, found, text = json.JSONDecoder(), [], stdout
+    start = text.find("{")
+    while start >= 0:
+        obj, end = decoder.raw_decode(text, start)
+        found.append(obj)
+        start = text.find("{", end)
+    return sorted(found, key=lambda r: r["rank"])
 
 
 def _sent(lab: Lab, nodes: list[int]) -> list[tuple[int, int]]:
