@@ -218,25 +218,28 @@ class Row(Protocol):
     def get(self, key: str, default: Any = None, /) -> Any: ...
 
 
+def _seen(row: Row) -> tuple[float | None, float | None]:
+    """(other processes' CPUs, the hypervisor's steal %) of a point where each reached
+    OTHER_CPUS_SEEN or STEAL_SEEN, else None."""
+    other = float(row.get("other_cpus", math.nan))
+    steal = float(row.get("cpu_steal", math.nan))
+    return (other if other >= OTHER_CPUS_SEEN else None), (steal if steal >= STEAL_SEEN else None)
+
+
 def disturbances(row: Row) -> list[str]:
     """What besides the job slowed a point (a row of `resource_row`'s columns), in short phrases:
     other processes' CPUs from OTHER_CPUS_SEEN, the hypervisor's steal from STEAL_SEEN %."""
-    found = []
-    other = float(row.get("other_cpus", math.nan))
-    if other >= OTHER_CPUS_SEEN:
-        found.append(f"other processes {other:.2f} CPUs")
-    steal = float(row.get("cpu_steal", math.nan))
-    if steal >= STEAL_SEEN:
-        found.append(f"hypervisor steal {steal:.0f} %")
-    return found
+    other, steal = _seen(row)
+    found = [f"other processes {other:.2f} CPUs"] if other is not None else []
+    return found + ([f"hypervisor steal {steal:.0f} %"] if steal is not None else [])
 
 
 def host_notes(point: str, row: Row) -> list[str]:
     """Notes on a point during which other processes kept OTHER_CPUS_SEEN CPUs or more busy, or
     the hypervisor stole STEAL_SEEN % or more of its node's CPU time."""
     notes = []
-    other = float(row.get("other_cpus", math.nan))
-    if other >= OTHER_CPUS_SEEN:
+    other, steal = _seen(row)
+    if other is not None:
         if math.isfinite(float(row.get("helper_cpus", math.nan))):  # the job's own processes are apart
             who = "other jobs or daemons (the ranks' own servers and compute processes are counted apart)"
         else:  # a file before schema 6
@@ -248,8 +251,7 @@ def host_notes(point: str, row: Row) -> list[str]:
             f"point {point}: other processes than the ranks kept {other:.2f} CPUs busy during its timed loop: {who}; "
             "where they were not the job's, its ranks shared the host: rerun on an idle one"
         )
-    steal = float(row.get("cpu_steal", math.nan))
-    if steal >= STEAL_SEEN:
+    if steal is not None:
         notes.append(
             f"point {point}: the hypervisor gave {steal:.0f} % of the node's CPU time to other virtual machines "
             "(steal): every thread on it ran that much slower, unseen by its processes; rerun on a quiet or "
