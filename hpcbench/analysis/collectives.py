@@ -14,7 +14,8 @@ Algorithms (n bytes per rank, p = N·k ranks, lg = ⌈log2⌉):
   node (ring of k over `intra`), a ring all-reduce of n/k bytes across the N nodes (k of them
   at once sharing the node's NICs: β_inter × k / nics), all-gather inside each node.
 
-Which algorithm a backend runs is its default (`DEFAULT_ALGORITHM`), overridable. A parameter
+`hpcbench predict` runs the algorithm its description names (a ring unless told); a measured
+sweep's MPI_Allreduce follows the library's own choice per message (mpi_rules.py). A parameter
 server (TensorFlow `ps`, MXNet kvstore): each of W workers pushes its n bytes of gradients
 and pulls n bytes of parameters, spread over S servers; synchronous, a server's link carries
 2·W·n/S bytes per step; asynchronous, a worker waits only for its own push and pull.
@@ -123,19 +124,6 @@ def fused_cost(messages: Sequence[float], cost: MessageCost, threshold: float) -
 
 Algorithm = Literal["ring", "tree", "rabenseifner", "hierarchical"]
 ALGORITHMS: tuple[str, ...] = get_args(Algorithm)
-
-# What each backend runs by default (ring unless it is known to do otherwise).
-DEFAULT_ALGORITHM: dict[str, Algorithm] = {
-    "gloo": "ring",
-    "mpi": "ring",
-    "horovod": "ring",
-    "nccl": "hierarchical",  # NCCL's rings and trees are built node by node
-    "multiworker": "ring",
-    "pmean": "ring",
-    "pmean_fused": "ring",
-    "naive": "ring",
-    "pure_nccl": "hierarchical",
-}
 
 
 @dataclass(frozen=True)

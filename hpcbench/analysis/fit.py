@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis import mpi_rules
 from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError
 from hpcbench.analysis.model import Layer
 
@@ -83,6 +84,24 @@ def fit_ring_link(ranks: Sequence[int] | np.ndarray, n_bytes: Sequence[float] | 
     p, m, t = p[keep], m[keep], t[keep]
     x = np.column_stack([2 * (p - 1), 2 * m * (p - 1) / p])
     alpha, beta = _nonneg_lstsq(x, t)
+    return LinkCost(alpha, beta)
+
+
+def fit_rules_link(
+    rules: str, p: int, n_bytes: Sequence[float] | np.ndarray, seconds: Sequence[float] | np.ndarray
+) -> LinkCost:
+    """The link α, β (>= 0) of messages that an MPI library's MPI_Allreduce ran on p ranks, each
+    by the algorithm its size chose (mpi_rules.py: a·α + b·M·β, γ folded into β), by least squares."""
+    m = np.asarray(n_bytes, dtype=float)
+    t = np.asarray(seconds, dtype=float)
+    keep = np.isfinite(m) & np.isfinite(t)
+    m, t = m[keep], t[keep]
+    if len(m) == 0 or p < 2:
+        raise ModelError("no all-reduce between >= 2 ranks to fit a link cost on")
+    sizes, where = np.unique(m, return_inverse=True)
+    per_size = np.array([mpi_rules.steps(mpi_rules.algorithm(rules, size, p), p)[:2] for size in sizes])
+    coefficients = per_size[where]
+    alpha, beta = _nonneg_lstsq(np.column_stack([coefficients[:, 0], coefficients[:, 1] * m]), t)
     return LinkCost(alpha, beta)
 
 

@@ -10,7 +10,9 @@ size) and seed. Its calibration:
   messages, their backward times scaled to add up to the calibration point's backward;
 - the link's α and β: from a commbench file when one is given, else from the messages of
   the points with the smallest rank count >= 2 (tc(M) = α_p + β_p·M fitted, then turned
-  into the link cost of a ring all-reduce of p ranks, which gives tc at any other N); for a
+  into the link cost of a ring all-reduce of p ranks, which gives tc at any other N; where
+  the gradients went through MPI_Allreduce, each message costed by the algorithm the MPI
+  library chose for its size and rank count, mpi_rules.py); for a
   parameter-server backend from every push and pull of the smallest points with messages,
   one worker included, as servers.py turns them into a step's cost at any other N.
 
@@ -30,14 +32,14 @@ model predicts scales it was not fitted on is validate.py's (leave one scale out
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import fit, metrics
+from hpcbench.analysis import fit, metrics, mpi_rules
 from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
 from hpcbench.analysis.contention import (
     Placement,
@@ -84,6 +86,7 @@ class Calibration:
     cores_source: str = "not measured: the CPU count"
     backend: str = ""  # whose collectives (contention.SLEEPING_WAITS)
     servers: Servers | None = None  # a parameter-server backend's (servers.py); None: a ring
+    mpi: str = ""  # the rules of the MPI library whose MPI_Allreduce exchanged (mpi_rules.py); "": a ring
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -171,12 +174,30 @@ class Derived:
         return self._costs[p.point_id]
 
 
+MPI_EXCHANGES = frozenset({"mpi", "naive"})  # backends whose gradients go through MPI_Allreduce
+
+
+def mpi_rules_of(p: PointData) -> str:
+    """The all-reduce rules (mpi_rules.py) of a point whose backend exchanges its gradients by
+    MPI_Allreduce, from the MPI library its provenance names; "" otherwise (a ring). Horovod
+    runs MPI's all-reduce on CPU tensors where its controller is MPI (launched by mpirun or
+    srun), Gloo's ring where `horovodrun` started it with Gloo."""
+    if p.point.backend == "horovod":
+        through_mpi = p.point.launcher != "horovodrun" and p.provenance.get("horovod_controller", "mpi") == "mpi"
+    else:
+        through_mpi = p.point.backend in MPI_EXCHANGES
+    if not through_mpi or p.point.device != "cpu":
+        return ""
+    return mpi_rules.library(p.provenance.get("mpi"), p.provenance.get("environment"))
+
+
 def fit_link_from_points(
     points: Sequence[PointData], derived: Derived | None = None, cpu: bool = False, cores: float = 0.0
 ) -> tuple[LinkCost, str]:
-    """The ring link α, β from the gradient messages of points with the same rank count (with
-    `cpu`, less the hops' scheduling wait and divided by their oversubscription: the link of
-    ranks that each have their cores)."""
+    """The link α, β from the gradient messages of points with the same rank count, each message
+    costed as the backend's all-reduce ran it (a ring, or the algorithm the MPI library chose
+    for its size: mpi_rules.py; with `cpu`, less the hops' scheduling wait and divided by their
+    oversubscription: the link of ranks that each have their cores)."""
     derived = derived or Derived()
     ranks = {p.iterations.shape[0] for p in points}
     if len(ranks) != 1:
@@ -186,7 +207,13 @@ def fit_link_from_points(
     names = " ".join(p.point_id for p in points)
     (n,) = ranks
     servers = servers_of(points[0].point)
-    link = link_from_transfers(result.cost, servers, n) if servers else ring_link(result.cost, n)
+    rules = mpi_rules_of(points[0])
+    if servers:
+        link = link_from_transfers(result.cost, servers, n)
+    elif rules:
+        link = fit.fit_rules_link(rules, n, np.concatenate(sizes), np.concatenate(times))
+    else:
+        link = ring_link(result.cost, n)
     places = [(w, replace(w, cores=cores) if cores > 0 else w) for w in (derived.placement(p) for p in points)]
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
@@ -197,6 +224,7 @@ def fit_link_from_points(
         alpha = max(link.alpha - wait / (2 * (n - 1)), 0.0) if wait > 0 else link.alpha
         link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
+    note += f", {rules} all-reduce rules" if rules else ""
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"
 
 
@@ -291,6 +319,7 @@ def calibrate(
     return Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
         derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
+        mpi_rules_of(base),
     )  # fmt: skip
 
 
@@ -309,8 +338,12 @@ def predict_point(
         k = where.oversubscription
         link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
         wait = exchange_wait(host, cal.backend, ranks)
-    servers = cal.servers
-    cost = (lambda n: servers.step_cost(n, ranks, link)) if servers else None
+    servers, rules = cal.servers, cal.mpi
+    cost: Callable[[float], float] | None = None
+    if servers:
+        cost = lambda n: servers.step_cost(n, ranks, link)  # noqa: E731
+    elif rules:
+        cost = lambda n: mpi_rules.cost(rules, n, ranks, link)  # noqa: E731
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
         exchange_wait=wait, message_cost=cost,

@@ -119,16 +119,20 @@ BYTES = (4e5, 1e6)  # gradient bytes of layer 1, layer 2
 DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
 
 
-def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[float, float, tuple[float, float], float]:
+def hand_schedule(
+    n: int, oversub: float = 1.0, wait: float = 0.0, steps: float | None = None
+) -> tuple[float, float, tuple[float, float], float]:
     """(exposed comm, total comm, (tc1, tc2), the iteration's scheduling wait) at n ranks,
     worked out by hand for two layers; `oversub` > 1: the ranks time-share their cores
     (backward and every hop that much slower, and the exchange waits `wait` at each of a
-    ring's 2(n − 1) steps, once per iteration, fully exposed)."""
+    ring's 2(n − 1) steps, once per iteration, fully exposed); `steps`: an all-reduce of that
+    many α steps in place of the ring's 2(n − 1), with the ring's bytes."""
     if n == 1:
         return 0.0, 0.0, (0.0, 0.0), 0.0
     alpha, beta = ALPHA * oversub, BETA * oversub
     tb = (TB[0] * oversub, TB[1] * oversub)
-    a, b = 2 * (n - 1) * alpha, 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
+    a = (2 * (n - 1) if steps is None else steps) * alpha
+    b = 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
     tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
     tau_c1 = max(tb[1] + tc2, tb[1] + tb[0])  # τc[2] = τb[2] + tb[2] = tb[2]
     waited = 2 * (n - 1) * wait if oversub > 1 else 0.0
@@ -137,12 +141,15 @@ def hand_schedule(n: int, oversub: float = 1.0, wait: float = 0.0) -> tuple[floa
 
 
 def model_point(
-    directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo"
-) -> tuple[Point, float]:
+    directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo",
+    steps: float | None = None, mpi: str | None = None,
+) -> tuple[Point, float]:  # fmt: skip
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
-    before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer)."""
+    before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer);
+    `steps`: its all-reduce takes that many α steps (hand_schedule); `mpi`: the MPI library
+    its provenance names."""
     oversub = max(1.0, n / cpus) if cpus else 1.0
-    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait)
+    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps)
     tb = (TB[0] * oversub, TB[1] * oversub)
     data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
     it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,
@@ -159,7 +166,9 @@ def model_point(
                 rows.append((r, i, int(BYTES[0]), start + tb[1] + tb[0], end))
     point = Point(framework="torch", backend=backend, model="mlp", ranks_per_node=n, batch_size=BATCH,
                   threads=1 if cpus else None)  # fmt: skip
-    hosts, provenance = (["h"] * n, {"cpu_count": cpus}) if cpus else (None, None)
+    hosts = ["h"] * n if cpus else None
+    provenance: dict[str, object] = {"cpu_count": cpus} if cpus else {}
+    provenance.update({"mpi": mpi} if mpi else {})
     comm = comm_rows(rows) if rows else None
     write_point_file(directory / f"{point.id}.h5", point, it, comm=comm, hostnames=hosts, provenance=provenance)
     return point, data + forward + sum(tb) + exposed + update
