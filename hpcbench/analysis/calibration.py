@@ -1,5 +1,5 @@
 """Link calibration from commbench files (format: hpcbench.store.commfile): their rows as a
-table, where their ranks ran, and the ring all-reduce α, β of each network level.
+table, where their ranks ran, and the link α, β of each network level.
 
 A file's placement comes from its `hostnames` (one per rank): `nodes` distinct hosts and
 `ranks_per_node` ranks on each. A file whose ranks all share one node measures the
@@ -7,8 +7,11 @@ intra-node level; a file with one rank per node on two or more nodes measures th
 (inter-node). A file with several ranks on each of several nodes mixes the two and is left
 out of both (named in the fit's notes).
 
-Per level, the link α, β of ring all-reduce, t = 2(p−1)α + 2n(p−1)/p·β, are fitted by least
-squares over every size and rank count of that level's files. β is only trusted when the
+Per level, the link α, β are fitted by least squares over every size and rank count of that
+level's files, each row costed as the all-reduce that ran it: a ring, t = 2(p−1)α +
+2n(p−1)/p·β, or, where the file names the MPI library its MPI all-reduce ran on (attributes
+`mpi`, `mpi_environment`), the algorithm that library picks for that size and rank count,
+t = a·α + b·n·β (mpi_rules.py). β is only trusted when the
 data can tell it from noise: the times must grow with the message size by clearly more than
 they scatter about the fitted line (β at least `MIN_T` standard errors above zero). When every
 size costs about the same (a loaded machine, sizes too small for the link), the fit says so
@@ -17,6 +20,7 @@ and is refused rather than returned as a link of infinite bandwidth.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,6 +31,7 @@ import h5py
 import numpy as np
 import pandas as pd
 
+from hpcbench.analysis import mpi_rules
 from hpcbench.analysis.collectives import LinkCost
 from hpcbench.errors import HpcbenchError
 from hpcbench.store import commfile
@@ -96,9 +101,24 @@ def placement(path: Path | str) -> Placement:
     return Placement(ranks or len(hosts), len(counts), max(counts.values()))
 
 
+def rules(path: Path | str) -> str:
+    """The all-reduce rules (mpi_rules.py) of the MPI library a commbench file's MPI all-reduce
+    ran on (its attributes `mpi` and `mpi_environment`); "" (a ring) for another backend or a
+    file that does not name its library."""
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("backend") != "mpi":
+            return ""
+        version, raw = f.attrs.get("mpi", ""), f.attrs.get("mpi_environment", "{}")
+    try:
+        environment = json.loads(raw)
+    except (TypeError, ValueError):
+        environment = {}
+    return mpi_rules.library(version, environment)
+
+
 def _allreduce_rows(paths: Sequence[Path]) -> pd.DataFrame:
-    frames = [read_commbench(p) for p in paths]
-    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["op", "ranks"])
+    frames = [read_commbench(p).assign(rules=rules(p)) for p in paths]
+    rows = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["op", "ranks", "rules"])
     rows = rows[(rows["op"] == "allreduce") & (rows["ranks"] >= 2)]
     if rows.empty:
         raise CalibrationError("commbench files hold no all-reduce between >= 2 ranks to fit α and β on")
@@ -118,13 +138,26 @@ def _size(n: float) -> str:
     return f"{n:g} B"
 
 
-def fit_ring(rows: pd.DataFrame, what: str = "commbench files") -> tuple[LinkCost, float]:
-    """(link, β's t-value) of ring all-reduce fitted on rows with `ranks`, `bytes`, `time_s`;
-    refuses (CalibrationError, with the reason) when β cannot be told from noise."""
-    p = rows["ranks"].to_numpy(dtype=float)
+def _steps(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, (α steps, bytes sent per byte) of the all-reduce its library ran for its size and
+    rank count (a ring where `rules` is "" or absent)."""
+    names = rows["rules"] if "rules" in rows else pd.Series("", index=rows.index)
+    return np.array(
+        [
+            mpi_rules.steps(mpi_rules.algorithm(str(r), float(m), int(p)), int(p))[:2]
+            for r, m, p in zip(names, rows["bytes"], rows["ranks"], strict=True)
+        ]
+    ).reshape(-1, 2)
+
+
+def fit_link(rows: pd.DataFrame, what: str = "commbench files") -> tuple[LinkCost, float]:
+    """(link, β's t-value) fitted on all-reduce rows with `ranks`, `bytes`, `time_s` (and the
+    `rules` each ran under: a ring, or its MPI library's algorithm for that size); refuses
+    (CalibrationError, with the reason) when β cannot be told from noise."""
     m = rows["bytes"].to_numpy(dtype=float)
     t = rows["time_s"].to_numpy(dtype=float)
-    x = np.column_stack([2 * (p - 1), 2 * m * (p - 1) / p])
+    steps = _steps(rows)
+    x = np.column_stack([steps[:, 0], steps[:, 1] * m])
     if np.linalg.matrix_rank(x) < 2:
         raise CalibrationError(f"{what}: one message size only ({_size(m[0])}): α and β cannot be told apart; "
                                "measure several sizes (--sizes 4K,1M,16M)")  # fmt: skip
@@ -151,9 +184,9 @@ def fit_ring(rows: pd.DataFrame, what: str = "commbench files") -> tuple[LinkCos
 
 
 def link_from_commbench(paths: Sequence[Path]) -> LinkCost:
-    """The ring all-reduce link α, β fitted on the all-reduce rows of commbench files (any rank
-    counts and placements: one link for the whole machine)."""
-    return fit_ring(_allreduce_rows(paths))[0]
+    """The link α, β fitted on the all-reduce rows of commbench files (any rank counts and
+    placements: one link for the whole machine)."""
+    return fit_link(_allreduce_rows(paths))[0]
 
 
 def levels_from_commbench(paths: Sequence[Path | str]) -> dict[Level, LinkFit]:
@@ -179,6 +212,6 @@ def levels_from_commbench(paths: Sequence[Path | str]) -> dict[Level, LinkFit]:
         files = by_level[level]
         if files:
             rows = _allreduce_rows(files)
-            link, beta_t = fit_ring(rows, f"{level}-node commbench files ({', '.join(p.name for p in files)})")
+            link, beta_t = fit_link(rows, f"{level}-node commbench files ({', '.join(p.name for p in files)})")
             fits[level] = LinkFit(level, link, tuple(files), len(rows), beta_t, tuple(notes))
     return fits

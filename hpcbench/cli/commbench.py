@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import sys
@@ -38,6 +39,7 @@ from hpcbench.cli import failure, textable
 from hpcbench.errors import HpcbenchError
 from hpcbench.launchers import detect
 from hpcbench.rank import env as rankenv
+from hpcbench.rank.collectives import library_version
 from hpcbench.rank.net import free_port
 from hpcbench.store.commfile import KIND, RESULT_DTYPE, VERSION, bus_bandwidth
 
@@ -315,6 +317,15 @@ def write_results(path: Path, rows: np.ndarray, attrs: dict[str, Any]) -> None:
         raise
 
 
+def _mpi_attrs(backend: str) -> dict[str, str]:
+    """What says which algorithm an MPI all-reduce ran (analysis/mpi_rules.py): the library's
+    version string and the Open MPI collective settings of the environment (JSON)."""
+    if backend != "mpi":
+        return {}
+    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("OMPI_MCA_coll")}
+    return {"mpi": library_version() or "", "mpi_environment": json.dumps(settings)}
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
     """The micro-benchmark on this rank; `prog` names the command in usage and error lines."""
     p = argparse.ArgumentParser(prog=prog or f"python -m {PROG}", description="All-reduce time, algbw and busbw.")
@@ -347,6 +358,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
                     "warmup": args.warmup, "launcher": renv.source, "hpcbench_version": hpcbench.__version__,
                     "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 }  # fmt: skip
+                attrs.update(_mpi_attrs(coll.backend))
                 write_results(Path(args.output), rows, attrs)
                 print(f"wrote {args.output}", file=out)
         coll.barrier()

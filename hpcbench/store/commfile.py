@@ -4,7 +4,9 @@
 
     /            attrs: kind = "hpcbench-commbench", version, ranks, hostnames, backend,
                         average (how per-rank times became one: avg | min | max | rank0),
-                        iterations, warmup, created, hpcbench_version
+                        iterations, warmup, created, hpcbench_version; with backend "mpi"
+                        also mpi (the MPI library's version string) and mpi_environment
+                        (JSON: the OMPI_MCA_coll* settings the ranks ran with)
     /results     (n_sizes,) RESULT_DTYPE, one row per collective and message size
 
 Bandwidths as nccl-tests defines them: algbw = bytes / time; busbw = algbw times the

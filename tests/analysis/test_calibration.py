@@ -4,10 +4,13 @@ a β it cannot tell from noise; `hpcbench predict` takes the files as its links.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -22,19 +25,23 @@ INTRA = LinkCost(alpha=2e-6, beta=1 / 20e9)  # 20 GB/s, 2 µs
 INTER = LinkCost(alpha=50e-6, beta=8 / 10e9)  # 10 Gbit/s, 50 µs
 
 
-def fabricate(path: Path, hosts: list[str], link: LinkCost | None, noise: float, seed: int, flat: float = 0.0) -> Path:
-    """A commbench file of len(hosts) ranks: ring all-reduce times of `link` times (1 + noise·N(0,1)),
-    or, with `flat`, every size costing `flat` seconds give or take the noise."""
+def fabricate(
+    path: Path, hosts: list[str], link: LinkCost | None, noise: float, seed: int, flat: float = 0.0,
+    cost: Callable[[float, int, LinkCost], float] = ring_allreduce, mpi: dict[str, str] | None = None,
+) -> Path:  # fmt: skip
+    """A commbench file of len(hosts) ranks: all-reduce times (`cost`, a ring unless told) of
+    `link` times (1 + noise·N(0,1)), or, with `flat`, every size costing `flat` seconds give or
+    take the noise; `mpi`: the attributes that name the MPI library and its settings."""
     rng = np.random.default_rng(seed)
     p = len(hosts)
     rows = np.zeros(len(SIZES), dtype=RESULT_DTYPE)
     for i, n in enumerate(SIZES):
-        truth = ring_allreduce(n, p, link) if link is not None else flat
+        truth = cost(n, p, link) if link is not None else flat
         t = truth * (1 + noise * rng.standard_normal())
         algbw, busbw = bus_bandwidth("allreduce", n, t, p)
         rows[i] = ("allreduce", p, n, n // 4, t, t * 0.95, t * 1.05, algbw, busbw)
     attrs = {"kind": KIND, "version": VERSION, "ranks": p, "hostnames": hosts, "backend": "mpi", "device": "cpu",
-             "average": "avg", "iterations": 20, "warmup": 5, "launcher": "mpirun"}  # fmt: skip
+             "average": "avg", "iterations": 20, "warmup": 5, "launcher": "mpirun", **(mpi or {})}  # fmt: skip
     write_results(path, rows, attrs)
     return path
 
@@ -125,3 +132,41 @@ def test_bad_commbench_links_name_the_key(tmp_path: Path, value: object, path: s
         forecast_spec.parse(yaml.safe_dump(raw), tmp_path)
     assert info.value.path == path
     assert all(word in str(info.value) for word in words)
+
+
+def open_mpi_41(n: float, p: int, link: LinkCost) -> float:
+    """Open MPI 4.1's all-reduce of the test's sizes on 2 and 4 ranks, worked out by hand from its
+    rules: on 2 ranks every size costs 2α + nβ (a ring from 4 to 256 KiB, Rabenseifner's above:
+    the same there); on 4 ranks 4 KiB is recursive doubling (2α + 2nβ), the rest Rabenseifner's
+    (4α + 1.5nβ)."""
+    assert p in (2, 4)
+    if p == 2:
+        return 2 * link.alpha + n * link.beta
+    return 2 * link.alpha + 2 * n * link.beta if n < 8192 else 4 * link.alpha + 1.5 * n * link.beta
+
+
+OPEN_MPI = {"mpi": "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4", "mpi_environment": "{}"}
+
+
+def test_a_file_that_names_open_mpi_is_fitted_with_its_algorithms(tmp_path: Path) -> None:
+    files = [fabricate(tmp_path / f"{p}.h5", [f"n{i}" for i in range(p)], INTER, 0.0, seed=p, cost=open_mpi_41,
+                       mpi=OPEN_MPI) for p in (2, 4)]  # fmt: skip
+    assert [calibration.rules(f) for f in files] == ["open-mpi-4.1"] * 2
+    fit = calibration.levels_from_commbench(files)["inter"]
+    assert fit.link.alpha == pytest.approx(INTER.alpha, rel=1e-6)
+    assert fit.link.beta == pytest.approx(INTER.beta, rel=1e-6)
+    # the same times taken for a ring's (6 α steps on 4 ranks where Open MPI took 2 or 4) miss α
+    as_ring = pd.concat([calibration.read_commbench(f) for f in files], ignore_index=True).assign(rules="")
+    ring = calibration.fit_link(as_ring)[0]
+    assert abs(ring.alpha / INTER.alpha - 1) > 0.2
+
+
+def test_a_forced_ring_is_fitted_as_a_ring(tmp_path: Path) -> None:
+    forced = {**OPEN_MPI, "mpi_environment": json.dumps(
+        {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})}  # fmt: skip
+    files = [fabricate(tmp_path / f"{p}.h5", [f"n{i}" for i in range(p)], INTER, 0.0, seed=p, mpi=forced)
+             for p in (2, 4)]  # fmt: skip
+    assert calibration.rules(files[0]) == "forced:ring"
+    fit = calibration.levels_from_commbench(files)["inter"]
+    assert fit.link.alpha == pytest.approx(INTER.alpha, rel=1e-6)
+    assert fit.link.beta == pytest.approx(INTER.beta, rel=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,9 +11,10 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.analysis import calibration
+from hpcbench.analysis import calibration, mpi_rules
 from hpcbench.analysis.collectives import ring_allreduce
 from hpcbench.errors import HpcbenchError
+from hpcbench.rank.collectives import library_version
 from hpcbench.testing.mpi import MPI_ENV, run_mpi
 from tests.conftest import ROOT, run_module
 
@@ -54,6 +56,11 @@ def test_results_as_nccl_tests_defines_them(files: dict[int, Path]) -> None:
             assert f.attrs["ranks"] == n
             assert f.attrs["average"] == "avg"
             assert len(f.attrs["hostnames"]) == n
+            # which all-reduce the library ran: its version and its collective settings
+            assert f.attrs["mpi"] == library_version()
+            settings = {k: v for k, v in os.environ.items() if k.startswith("OMPI_MCA_coll")}
+            assert json.loads(f.attrs["mpi_environment"]) == settings
+        assert calibration.rules(path) == mpi_rules.library(library_version(), settings)
 
 
 def test_link_fitted_over_rank_counts_reproduces_the_measurements(files: dict[int, Path]) -> None:
