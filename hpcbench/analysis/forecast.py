@@ -2,7 +2,8 @@
 (`hpcbench predict SWEEP_DIR --nodes 8,16,32`).
 
 For each node count: p = nodes × ranks_per_node ranks; every message costs the all-reduce of
-its bytes on that machine (collectives.py: the spec's algorithm on its two levels, or the
+its bytes on that machine (collectives.py: the spec's algorithm on its two levels; an MPI
+library's own choice per message, mpi_rules.py, over the slowest level; or the
 published fit of the nearest rank count when the level is given as fits); messages are
 grouped and scheduled as the exchange says (exchange.py); t_iter = data + h2d + forward +
 backward + exposed communication + update, with overlap (wait-free back-propagation) and
@@ -19,7 +20,7 @@ import pandas as pd
 
 from hpcbench.analysis import collectives as co
 from hpcbench.analysis import exchange as ex
-from hpcbench.analysis import metrics, predict, tables
+from hpcbench.analysis import metrics, mpi_rules, predict, tables
 from hpcbench.analysis.contention import placement_of
 from hpcbench.analysis.forecast_spec import ForecastSpec, Level
 from hpcbench.analysis.model import Layer, PhaseTimes
@@ -50,6 +51,8 @@ def message_cost(spec: ForecastSpec, nodes: int) -> ex.Cost:
         return fit.time
     zero = co.LinkCost(0.0, 0.0)
     topo = co.Topology(nodes, spec.ranks_per_node, spec.intra.link or zero, spec.inter.link or zero, spec.nics_per_node)
+    if spec.algorithm in mpi_rules.RULES:  # a flat algorithm per message, as the library picks it
+        return lambda n: mpi_rules.cost(spec.algorithm, n, p, topo.slowest)
     return lambda n: co.allreduce(n, topo, spec.algorithm)
 
 

@@ -20,7 +20,8 @@
     exchange: {overlap: true, fusion_bytes: 0, algorithm: ring}
     #   fusion_bytes: 0 one message per tensor, "all" one message, N bytes: buckets / fused messages
     #   first_bucket_bytes: DDP's smaller first bucket; cycle_ms: Horovod's cycle (fusion per cycle)
-    #   algorithm: ring | tree | rabenseifner | hierarchical
+    #   algorithm: ring | tree | rabenseifner | hierarchical, or an MPI library's own choice per
+    #   message and rank count: open-mpi-4.1 | open-mpi | mpich (mpi_rules.py)
 
 Every error names the key, what is wrong and what is allowed.
 """
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcbench.analysis import calibration
+from hpcbench.analysis import calibration, mpi_rules
 from hpcbench.analysis.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
 from hpcbench.analysis.exchange import Exchange
 from hpcbench.analysis.model import Layer, PhaseTimes
@@ -172,8 +173,8 @@ def _exchange(raw: Any) -> tuple[Exchange, str]:
     fusion = m.get("fusion_bytes", 0)
     fusion_bytes = math.inf if fusion == "all" else _number("exchange.fusion_bytes", fusion)
     algorithm = m.get("algorithm", "ring")
-    if algorithm not in ALGORITHMS:
-        raise SpecError("exchange.algorithm", f"{algorithm!r} is not known", ", ".join(ALGORITHMS))
+    if algorithm not in (*ALGORITHMS, *mpi_rules.RULES):
+        raise SpecError("exchange.algorithm", f"{algorithm!r} is not known", ", ".join((*ALGORITHMS, *mpi_rules.RULES)))
     first = _number("exchange.first_bucket_bytes", m.get("first_bucket_bytes", 0))
     cycle = _number("exchange.cycle_ms", m.get("cycle_ms", 0)) / 1e3
     return Exchange(fusion_bytes, first, cycle, overlap), str(algorithm)
