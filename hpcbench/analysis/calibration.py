@@ -138,16 +138,16 @@ def _size(n: float) -> str:
     return f"{n:g} B"
 
 
-def _steps(rows: pd.DataFrame) -> np.ndarray:
-    """Per row, (α steps, bytes sent per byte) of the all-reduce its library ran for its size and
-    rank count (a ring where `rules` is "" or absent)."""
-    names = rows["rules"] if "rules" in rows else pd.Series("", index=rows.index)
-    return np.array(
-        [
-            mpi_rules.steps(mpi_rules.algorithm(str(r), float(m), int(p)), int(p))[:2]
-            for r, m, p in zip(names, rows["bytes"], rows["ranks"], strict=True)
-        ]
-    ).reshape(-1, 2)
+def _design(rows: pd.DataFrame) -> np.ndarray:
+    """Per row, [α steps, bytes sent] of the all-reduce its library ran for its size and rank
+    count (mpi_rules.design; a ring where `rules` is "" or absent)."""
+    names = rows["rules"].astype(str).to_numpy() if "rules" in rows else np.full(len(rows), "")
+    m, p = rows["bytes"].to_numpy(dtype=float), rows["ranks"].to_numpy(dtype=int)
+    x = np.zeros((len(rows), 2))
+    for name in np.unique(names):
+        mine = names == name
+        x[mine] = mpi_rules.design(str(name), m[mine], p[mine])
+    return x
 
 
 def fit_link(rows: pd.DataFrame, what: str = "commbench files") -> tuple[LinkCost, float]:
@@ -156,8 +156,7 @@ def fit_link(rows: pd.DataFrame, what: str = "commbench files") -> tuple[LinkCos
     (CalibrationError, with the reason) when β cannot be told from noise."""
     m = rows["bytes"].to_numpy(dtype=float)
     t = rows["time_s"].to_numpy(dtype=float)
-    steps = _steps(rows)
-    x = np.column_stack([steps[:, 0], steps[:, 1] * m])
+    x = _design(rows)
     if np.linalg.matrix_rank(x) < 2:
         raise CalibrationError(f"{what}: one message size only ({_size(m[0])}): α and β cannot be told apart; "
                                "measure several sizes (--sizes 4K,1M,16M)")  # fmt: skip

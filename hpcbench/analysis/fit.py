@@ -98,10 +98,7 @@ def fit_rules_link(
     m, t = m[keep], t[keep]
     if len(m) == 0 or p < 2:
         raise ModelError("no all-reduce between >= 2 ranks to fit a link cost on")
-    sizes, where = np.unique(m, return_inverse=True)
-    per_size = np.array([mpi_rules.steps(mpi_rules.algorithm(rules, size, p), p)[:2] for size in sizes])
-    coefficients = per_size[where]
-    alpha, beta = _nonneg_lstsq(np.column_stack([coefficients[:, 0], coefficients[:, 1] * m]), t)
+    alpha, beta = _nonneg_lstsq(mpi_rules.design(rules, m, np.full(len(m), p)), t)
     return LinkCost(alpha, beta)
 
 

@@ -41,6 +41,8 @@ import math
 import re
 from collections.abc import Callable
 
+import numpy as np
+
 from hpcbench.analysis.collectives import LinkCost, check_ranks
 
 RING, DOUBLING, RABENSEIFNER, REDUCE_BCAST = "ring", "recursive doubling", "rabenseifner", "reduce+broadcast"
@@ -128,3 +130,14 @@ def cost(rules: str, n: float, p: int, link: LinkCost) -> float:
     """Seconds of one MPI_Allreduce of n bytes on p ranks under `rules`."""
     a, b, c = steps(algorithm(rules, n, p), p)
     return a * link.alpha + n * (b * link.beta + c * link.gamma)
+
+
+def design(rules: str, n_bytes: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """The least-squares design of all-reduces of n_bytes[i] on ranks[i] under `rules`: per row
+    [α steps, bytes sent], so that the row's time is the row · (α, β) (γ folded into β)."""
+    m = np.asarray(n_bytes, dtype=float)
+    p = np.asarray(ranks, dtype=int)
+    pairs, where = np.unique(np.column_stack([m, p]), axis=0, return_inverse=True)
+    per_pair = np.array([steps(algorithm(rules, size, int(q)), int(q))[:2] for size, q in pairs]).reshape(-1, 2)
+    coefficients = per_pair[np.ravel(where)]
+    return np.column_stack([coefficients[:, 0], coefficients[:, 1] * m])
