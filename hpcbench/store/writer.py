@@ -8,13 +8,17 @@ Two writers with one contract, chosen by `open_writer`:
 * `GatherWriter`: any h5py; ranks send their blocks to rank 0, which writes them.
 
 Every method is collective: all ranks call it, in the same order, with the same metadata.
-After each `write_iterations` the file is flushed, so a job killed later leaves a file
-holding everything up to that flush.
+The file is made under a temporary name (`creating(path)`) and renamed to `path` once its
+layout is flushed, so `path` is either absent or a readable file: a job killed while the
+file is being made leaves at most the temporary file, which holds no rows and is replaced
+by the next attempt. After each `write_iterations` the file is flushed, so a job killed
+later leaves a file holding everything up to that flush.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +42,7 @@ class FileMeta:
 
 
 TABLE_CHUNK_ROWS = 4096
+CREATING_SUFFIX = ".new"
 Tables = Mapping[str, np.ndarray]  # schema.TABLES name -> this rank's new rows
 
 
@@ -91,16 +96,32 @@ def _create_layout(f: h5py.File, meta: FileMeta, n_ranks: int, n_iterations: int
         f.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(TABLE_CHUNK_ROWS,), dtype=dtype)
 
 
+def creating(path: Path) -> Path:
+    """Where the point file for `path` is made, until its layout is on disk."""
+    return path.with_name(path.name + CREATING_SUFFIX)
+
+
+def _publish(made: Path, path: Path, comm: Comm) -> None:
+    """Rename the flushed new file to its result path (rank 0), once every rank is past the flush.
+
+    The ranks keep writing through their open handles: a rename leaves an open file as it is."""
+    comm.barrier()
+    if comm.rank == 0:
+        os.replace(made, path)
+    comm.barrier()  # no rank starts timing before the file is in place: errors surface here
+
+
 class MpioWriter:
     kind = "mpio"
 
     def __init__(self, path: Path, comm: Comm, meta: FileMeta, n_iterations: int, rank_row: np.ndarray) -> None:
         self._comm = comm
-        self._file = h5py.File(path, "w", driver="mpio", comm=comm.mpi_comm)
+        self._file = h5py.File(creating(path), "w", driver="mpio", comm=comm.mpi_comm)
         _create_layout(self._file, meta, comm.size, n_iterations)
         self._file[schema.RANKS][comm.rank] = rank_row
         self._written = 0
         self._file.flush()
+        _publish(creating(path), path, comm)
 
     def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
         if len(rows):
@@ -133,12 +154,11 @@ class GatherWriter:
         rows = comm.gather(rank_row)
         if comm.rank == 0:
             assert rows is not None
-            self._file = h5py.File(path, "w")
+            self._file = h5py.File(creating(path), "w")
             _create_layout(self._file, meta, comm.size, n_iterations)
             self._file[schema.RANKS][:] = np.concatenate([np.atleast_1d(r) for r in rows])
             self._file.flush()
-        # No rank starts timing before the file exists: creation errors surface here.
-        self._comm.barrier()
+        _publish(creating(path), path, comm)
 
     def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
         blocks = self._comm.gather(rows)

@@ -61,6 +61,21 @@ def test_mpio_refused_without_mpi_launcher(tmp_path: Path) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("writer", ["mpio", "gather"])
+def test_job_killed_while_making_its_file_leaves_no_result(tmp_path: Path, writer: str) -> None:
+    # Killed after the layout was written but before its first flush, HDF5 has not written the
+    # superblock yet: such a file is unreadable, so it must never sit at the result path.
+    out = tmp_path / "point.h5"
+    proc = mpirun(2, str(out), writer, "8", "4", "--die-creating")
+    assert proc.returncode != 0
+    assert not out.exists(), "an unreadable half-made file at the result path"
+    # A rerun replaces what the killed one left and writes a complete file.
+    proc = mpirun(2, str(out), writer, "8", "4")
+    assert proc.returncode == 0, proc.stderr
+    assert read_point(out).complete
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["point.h5"]
+
+
 def test_killed_job_leaves_flushed_blocks_readable(tmp_path: Path) -> None:
     out = tmp_path / "point.h5"
     # Rank 1 dies (SIGKILL) after the second block was flushed by everyone.
