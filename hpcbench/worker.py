@@ -179,8 +179,13 @@ class PointRun:
         epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
         gpu = renv.local_rank if point.device == "cuda" else None
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
-        # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
-        extra = {**framework.versions(), "writer": kind, "resource_sources": comm.allgather(self.sampler.sources)}
+        extra = {
+            **framework.versions(),
+            "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/fit.py)
+            "writer": kind,
+            # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
+            "resource_sources": comm.allgather(self.sampler.sources),
+        }
         meta = comm.bcast(_meta(self.spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
         self.out = out = self.sweep_dir.result(point.id)
         if _complete_already(out, comm):  # a requeued job whose first run finished

@@ -7,6 +7,16 @@ running waits; its service time starts when it was handed over or when the previ
 message of that rank ended, whichever is later. Of the ranks' service times of one
 message (same iteration, same position in the iteration) the shortest is kept: the rank
 that arrived last waited least for its peers, so its time is closest to the transfer itself.
+
+Where a backend's ends are *seen in a wait* (the point's provenance says `comm_end: wait`:
+the rank waits for its messages in the order it started them once backward is over, as
+torch's MPI and Horovod exchanges and JAX do), an end is the moment the wait returned it,
+not the moment the backend completed it: a message started early in backward seems to last
+until backward ends, however short it was. Its service is then counted from when the rank
+began to wait (its backward's end, `wait_starts`) at the earliest: the time the rank spent
+on it, which is all of it where the library makes progress only inside the wait (MPI's
+non-blocking collectives without a progress thread), and a lower bound where a background
+thread ran part of it during backward (Horovod).
 """
 
 from __future__ import annotations
@@ -143,13 +153,22 @@ def _sorted_groups(rank: np.ndarray, iteration: np.ndarray, t_start: np.ndarray)
     return order, seq
 
 
+def wait_starts(iterations: np.ndarray) -> np.ndarray:
+    """(ranks, iterations): when each rank's backward ended and its wait for the exchange began
+    (seconds since the file's epoch, as the comm table's times)."""
+    phases = ("t_start", "data", "h2d", "forward", "backward")
+    began: np.ndarray = np.sum([iterations[name] for name in phases], axis=0)
+    return began
+
+
 def message_costs(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
-                  limit: int | None = MAX_ITERATIONS) -> pd.DataFrame:  # fmt: skip
+                  limit: int | None = MAX_ITERATIONS, waits: np.ndarray | None = None) -> pd.DataFrame:  # fmt: skip
     """One row per message (op, iteration, seq, bytes, seconds): the service time, shortest over ranks.
 
     `timed_iterations` (indices) keeps only those iterations' messages, at most `limit` of
     them, evenly spaced (a fit needs no more; a point of 1000 ranks x 10^4 iterations holds
-    10^7 messages).
+    10^7 messages). `waits` (`wait_starts`, for ends seen in a wait): a message that ended
+    after its rank began to wait is served from then at the earliest.
     """
     columns = ["op", "iteration", "seq", "bytes", "seconds"]
     if len(comm) == 0:
@@ -162,6 +181,9 @@ def message_costs(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
     c = c[order]
     rank = c["rank"].astype(np.int64)
     t_start, t_end = c["t_start"], c["t_end"]
+    if waits is not None:
+        began = waits[rank, c["iteration"].astype(np.int64)]
+        t_start = np.where(t_end > began, np.maximum(t_start, began), t_start)
     # running maximum of earlier ends of the same rank: offset each rank past the previous one
     offset = float(t_end.max() - t_start.min()) + 1.0
     key = (rank - rank.min()) * offset

@@ -111,6 +111,9 @@ def _main_op(comm: np.ndarray) -> bytes | None:
     return bytes(ops[int(np.argmax(counts))])
 
 
+COMM_END_WAIT = "wait"  # provenance `comm_end`: message ends seen in a wait after backward (fit.py)
+
+
 class Derived:
     """What calibrations derive from a sweep's points, each once per analysis: the leave-one-
     scale-out check calibrates every configuration once per scale from the same points (a big
@@ -169,7 +172,8 @@ class Derived:
             else:
                 op = _main_op(selected)
                 streams = [selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]]
-            costs = pd.concat([fit.message_costs(comm, None) for comm in streams], ignore_index=True)
+            waits = fit.wait_starts(p.iterations) if p.provenance.get("comm_end") == COMM_END_WAIT else None
+            costs = pd.concat([fit.message_costs(comm, None, waits=waits) for comm in streams], ignore_index=True)
             self._costs[p.point_id] = (costs["bytes"].to_numpy(dtype=float), costs["seconds"].to_numpy(dtype=float))
         return self._costs[p.point_id]
 

@@ -113,6 +113,13 @@ class Framework(ABC):
         """Library versions and settings for the provenance record."""
         return {}
 
+    def comm_end(self) -> str:
+        """What a message's recorded end is, for the provenance's `comm_end`: "completion"
+        (the moment the backend completed it: a callback, an in-graph stamp, a blocking
+        call's return) or "wait" (the moment a wait, in the order the messages were started,
+        once backward is over, returned it; analysis/fit.py)."""
+        return "completion"
+
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the distributed backend."""
 

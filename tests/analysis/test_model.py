@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hpcbench.analysis import collectives, fit, model
+from hpcbench.analysis import collectives, fit, model, predict
 from hpcbench.analysis.model import Layer, LinkCost, ModelError, PhaseTimes
 from hpcbench.errors import HpcbenchError
+from hpcbench.spec import Point
 from hpcbench.store import commfile
-from tests.analysis.helpers import comm_rows, iterations
+from hpcbench.store.reader import read_point
+from hpcbench.testing.fabricate import write_point_file
+from tests.analysis.helpers import ALPHA, BETA, comm_rows, iterations
 
 # Three layers, 1..3 from the input; backward runs 3 -> 1.
 TB = [0.3, 0.2, 0.1]  # tb[1], tb[2], tb[3]
@@ -211,6 +215,57 @@ def test_message_costs_take_service_time_and_the_shortest_rank() -> None:
     assert costs["seconds"].tolist() == pytest.approx([0.1, 0.2])
     assert costs["op"].tolist() == ["allreduce", "allreduce"]
     assert fit.message_costs(comm, np.array([1])).empty  # iteration 0 left out
+
+
+def test_message_ends_seen_in_a_wait_are_served_from_when_the_wait_began() -> None:
+    # Two ranks whose backward ends at 1.5 s (iteration 0) and 11.5 s (iteration 1): there
+    # they begin to wait for their messages, in the order they started them.
+    it = iterations(2, 2, forward=0.5, backward=1.0, period=10.0)
+    rows = []
+    for rank in (0, 1):
+        late = 0.01 * rank
+        rows += [
+            (rank, 0, 100, 0.6 + late, 1.6),  # handed over in backward, seen done 0.1 s into the wait
+            (rank, 0, 200, 1.2 + late, 1.65 + late),  # then 0.05 s more (rank 1: 0.06)
+            (rank, 1, 100, 10.6, 11.0),  # ended before the wait began: its whole span
+            (rank, 1, 200, 11.2, 11.7),  # handed over in backward, done 0.2 s into the wait
+        ]
+    comm = comm_rows(rows)
+    waits = fit.wait_starts(it)
+    assert waits.tolist() == [[1.5, 11.5], [1.5, 11.5]]
+    seen = fit.message_costs(comm, waits=waits)
+    assert seen["seconds"].tolist() == pytest.approx([0.1, 0.05, 0.4, 0.2])
+    # Taken as completions, the first message of iteration 0 lasts through the rest of backward.
+    assert fit.message_costs(comm)["seconds"].tolist() == pytest.approx([0.99, 0.05, 0.4, 0.5])
+
+
+def test_a_link_fitted_on_ends_seen_in_a_wait_is_the_transfer_not_the_rest_of_backward(tmp_path: Path) -> None:
+    # Two ranks hand their two gradients over during backward; the library runs them one
+    # after the other once backward is over (MPI's non-blocking all-reduce, progressed inside
+    # the wait), each a ring all-reduce of 2 ranks: tc(M) = 2α + βM.
+    forward, n_iters = 0.01, 12
+    tb = (0.004, 0.006)  # backward of layer 1, layer 2
+    sizes = (4e5, 1e6)  # their gradients' bytes
+    it = iterations(2, n_iters, forward=forward, backward=sum(tb), batch=8)
+    tc1, tc2 = (2 * ALPHA + BETA * size for size in sizes)
+    rows = []
+    for r in range(2):
+        for i in range(n_iters):
+            start = it["t_start"][r, i] + forward
+            waits = start + sum(tb)
+            rows.append((r, i, int(sizes[1]), start + tb[1], waits + tc2))  # the last layer's first
+            rows.append((r, i, int(sizes[0]), waits, waits + tc2 + tc1))
+    point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=2, batch_size=8)
+    links = {}
+    for seen in ("wait", "completion"):
+        path = write_point_file(tmp_path / f"{seen}.h5", point, it, comm=comm_rows(rows), provenance={"comm_end": seen})
+        links[seen], _ = predict.fit_link_from_points([read_point(path)])
+    assert links["wait"].alpha == pytest.approx(ALPHA, rel=1e-6)
+    assert links["wait"].beta == pytest.approx(BETA, rel=1e-6)
+    # Taken as completions, the first message lasts through the rest of backward (4 ms more):
+    # a 1 MB message comes out a third dearer than it is.
+    dearer = collectives.ring_allreduce(sizes[1], 2, links["completion"]) / tc2
+    assert dearer == pytest.approx(1.34, abs=0.01)
 
 
 def test_layers_from_trace_reads_bucket_sizes_and_backward_gaps() -> None:

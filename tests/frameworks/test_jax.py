@@ -54,6 +54,7 @@ def check_exchange(data: PointData, iterations: int) -> None:
     prov = data.provenance
     assert prov["jax"] == "0.10.2" and prov["jax_devices"] == str(point.ranks)
     assert prov["jax_exchange"] == point.backend
+    assert prov["comm_end"] == "wait"
 
 
 def check_cell(data: PointData) -> None:

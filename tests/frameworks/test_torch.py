@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcbench.analysis import fit
 from hpcbench.plan import envs
 from hpcbench.store.reader import PointData
 from hpcbench.testing.datasets import make_mnist
@@ -54,6 +55,11 @@ def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[...
     # DDP sends buckets; the MPI exchange one message per parameter tensor.
     by_backend = {p.point.backend: p.comm for p in points}
     assert len(set(by_backend["mpi"]["name"].tolist())) == 10  # 5 layers x (weight, bias)
+    # Where a message's end is seen: DDP's callback, when the backend completed the bucket; the
+    # MPI exchange's wait once backward is over, so no end comes before its rank's backward ended.
+    assert {p.point.backend: p.provenance["comm_end"] for p in points} == {"gloo": "completion", "mpi": "wait"}
+    comm, began = by_backend["mpi"], fit.wait_starts(next(p for p in points if p.point.backend == "mpi").iterations)
+    assert (comm["t_end"] >= began[comm["rank"], comm["iteration"]] - 1e-6).all()
 
 
 def test_a_separable_task_trains_past_90_percent(write_spec: Callable[..., Path], tmp_path: Path) -> None:
@@ -113,3 +119,4 @@ def test_horovod_exchanges_every_gradient_on_every_rank(
     check_exchange(data)
     assert data.provenance["horovod"] == "0.28.1"
     assert data.provenance["torch_exchange"] == "horovod"
+    assert data.provenance["comm_end"] == "wait"

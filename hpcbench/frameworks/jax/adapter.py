@@ -227,6 +227,9 @@ class JaxFramework(Framework):
             out["jax_cpu_collectives"] = str(collectives)
         return out
 
+    def comm_end(self) -> str:
+        return "wait"  # a message ends when its result is seen ready, waited for in dispatch order
+
     def teardown(self) -> None:
         import jax
 

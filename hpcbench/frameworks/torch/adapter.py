@@ -276,6 +276,9 @@ class TorchFramework(Framework):
             out["gpu"] = torch.cuda.get_device_name(self.device)
         return out
 
+    def comm_end(self) -> str:
+        return self._exchange.comm_end if self._exchange is not None else super().comm_end()
+
     def teardown(self) -> None:
         import gc
 

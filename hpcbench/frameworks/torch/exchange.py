@@ -34,6 +34,7 @@ class Exchange:
     """Per-iteration state shared by the backends' hooks."""
 
     kind: ClassVar[str] = "none"
+    comm_end: ClassVar[str] = "completion"  # what a message's recorded end is (Framework.comm_end)
 
     def __init__(self, world: int) -> None:
         self.world = world
@@ -133,6 +134,8 @@ _timed_allreduce.__annotations__.clear()
 
 class _PerParameter(Exchange, ABC):
     """Starts one message per parameter from a post-accumulate-grad hook."""
+
+    comm_end = "wait"  # `finish` sees the ends, waiting in the order the messages started
 
     def __init__(self, world: int) -> None:
         super().__init__(world)
