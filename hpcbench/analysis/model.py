@@ -95,6 +95,7 @@ class IterationPrediction:
     update: float
     overhead: float  # time in no phase (loop, synchronisation skew), carried over from measurement
     t_iter: float
+    sync_wait: float = 0.0  # of comm_exposed: the wait for the last rank (skew.py)
 
     @property
     def throughput(self) -> float:
@@ -141,6 +142,7 @@ def predict_iteration(
     overhead: float = 0.0,
     exchange_wait: float = 0.0,
     message_cost: Callable[[float], float] | None = None,
+    sync_wait: float = 0.0,
 ) -> IterationPrediction:
     """One iteration on `ranks` ranks.
 
@@ -149,8 +151,9 @@ def predict_iteration(
     With `prefetch`, I/O and H2D hide behind the rest of the iteration when shorter than it.
     `overhead` (time in no phase) is added as it is; `exchange_wait` (once per iteration, the
     exchange's wait for time-shared threads to be scheduled: contention.py) to the exposed
-    communication, when there is any. `message_cost`: a message's seconds from its bytes in
-    place of the ring all-reduce over `link` (message_times).
+    communication, when there is any; `sync_wait` (the wait for the last rank: skew.py) to
+    the exposed communication of two or more ranks. `message_cost`: a message's seconds from
+    its bytes in place of the ring all-reduce over `link` (message_times).
     """
     _check_inputs(phases, layers, ranks, batch_size)
     tb = [layer.backward_s for layer in layers]
@@ -159,6 +162,8 @@ def predict_iteration(
     exposed = wfbp(tb, tc).non_overlapped if overlap else t_c
     if t_c > 0 and exchange_wait > 0:
         t_c, exposed = t_c + exchange_wait, exposed + exchange_wait
+    sync_wait = sync_wait if ranks >= 2 else 0.0
+    exposed += sync_wait
     compute = phases.forward + t_b + exposed + phases.update + overhead
     io = phases.data + phases.h2d
     t_iter = max(io, compute) if prefetch else io + compute
@@ -175,6 +180,7 @@ def predict_iteration(
         update=phases.update,
         overhead=overhead,
         t_iter=t_iter,
+        sync_wait=sync_wait,
     )
 
 

@@ -23,6 +23,9 @@ size) and seed. Its calibration:
   the exchange's first ring waits half a scheduler slice per step for its threads (a
   CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit of
   oversubscription, that wait taken out.
+- the wait for the last rank (skew.py): the exchange phase of the smallest points of two or
+  more ranks beyond the exposed exchange modelled for them, carried to N ranks as the
+  expected largest of N normal draws grows.
 
 Every point is then predicted with and without wait-free back-propagation and compared with
 its measured t_iter; calibration points are marked (their error is in-sample). How well the
@@ -39,9 +42,10 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import fit, metrics, mpi_rules
+from hpcbench.analysis import fit, metrics, mpi_rules, skew
 from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
 from hpcbench.analysis.contention import (
+    SLEEPING_WAITS,
     Placement,
     compute_scale,
     effective_cores_from_wait,
@@ -60,7 +64,7 @@ PREDICTION_COLUMNS = [
     "point", "framework", "backend", "model", "ranks", "batch_size", "seed", "calibration",
     "measured_t_iter_s", "predicted_t_iter_s", "rel_error", "predicted_no_overlap_s", "rel_error_no_overlap",
     "measured_throughput", "predicted_throughput", "measured_efficiency", "predicted_efficiency",
-    "pred_comm_total_s", "pred_comm_exposed_s", "alpha_s", "beta_s_per_byte", "comm_source",
+    "pred_comm_total_s", "pred_comm_exposed_s", "pred_sync_wait_s", "alpha_s", "beta_s_per_byte", "comm_source",
     "oversubscribed", "compute_scale", "note",
 ]  # fmt: skip
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")
@@ -87,6 +91,8 @@ class Calibration:
     backend: str = ""  # whose collectives (contention.SLEEPING_WAITS)
     servers: Servers | None = None  # a parameter-server backend's (servers.py); None: a ring
     mpi: str = ""  # the rules of the MPI library whose MPI_Allreduce exchanged (mpi_rules.py); "": a ring
+    sync: float = 0.0  # the wait for the last rank at `sync_ranks` ranks (skew.py)
+    sync_ranks: int = 0
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -112,6 +118,16 @@ def _main_op(comm: np.ndarray) -> bytes | None:
 
 
 COMM_END_WAIT = "wait"  # provenance `comm_end`: message ends seen in a wait after backward (fit.py)
+# Files written before `comm_end` was recorded: the exchanges that saw their ends in a wait then
+_WAITED_BEFORE_COMM_END = (("torch_exchange", "mpi"), ("torch_exchange", "horovod"), ("jax_exchange", "pmean"))
+
+
+def ends_seen_in_wait(p: PointData) -> bool:
+    """Whether the point's message ends are the moments a wait after backward saw them (fit.py)."""
+    recorded = p.provenance.get("comm_end")
+    if recorded is not None:
+        return bool(recorded == COMM_END_WAIT)
+    return any(p.provenance.get(key) == value for key, value in _WAITED_BEFORE_COMM_END)
 
 
 class Derived:
@@ -172,7 +188,7 @@ class Derived:
             else:
                 op = _main_op(selected)
                 streams = [selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]]
-            waits = fit.wait_starts(p.iterations) if p.provenance.get("comm_end") == COMM_END_WAIT else None
+            waits = fit.wait_starts(p.iterations) if ends_seen_in_wait(p) else None
             costs = pd.concat([fit.message_costs(comm, None, waits=waits) for comm in streams], ignore_index=True)
             self._costs[p.point_id] = (costs["bytes"].to_numpy(dtype=float), costs["seconds"].to_numpy(dtype=float))
         return self._costs[p.point_id]
@@ -320,11 +336,33 @@ def calibrate(
         comm_source += f"; parameter servers: {servers.count} ({'sync' if servers.sync else 'async'})"
     phi, phi_source, phi_point = _thread_exponent(order, derived) if cpu else (0.0, "GPU: no CPU contention", None)
     calibration |= {phi_point} if phi_point else set()
-    return Calibration(
+    cal = Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
         derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
         mpi_rules_of(base),
     )  # fmt: skip
+    return _with_sync_wait(cal, order, stats, derived)
+
+
+def _with_sync_wait(cal: Calibration, order: Sequence[PointData], stats: pd.DataFrame, derived: Derived) -> Calibration:
+    """`cal` with the wait for the last rank (skew.py) measured on its smallest points of two
+    or more ranks: their exchange phase beyond the modelled exposed exchange, at least 0.
+    Not for a backend whose threads sleep while they wait: its wait for the peers' threads is
+    the scheduler's (contention.exchange_wait), not the order statistic's."""
+    multi = [p for p in order if p.iterations.shape[0] >= 2]
+    if not multi or cal.backend in SLEEPING_WAITS:
+        return cal
+    n = multi[0].iterations.shape[0]
+    chosen = [p for p in multi if p.iterations.shape[0] == n]
+    waits = []
+    for p in chosen:
+        pred = predict_point(cal, n, p.point.batch_size, overlap=True, placement=derived.placement(p))
+        waits.append(float(cast(float, stats.loc[p.point_id, "comm_s"])) - pred.comm_exposed)
+    wait = float(np.nanmean(waits)) if np.isfinite(waits).any() else 0.0
+    if not wait > 0:
+        return cal
+    points = cal.calibration_points | {p.point_id for p in chosen}
+    return replace(cal, sync=wait, sync_ranks=n, calibration_points=points)
 
 
 def predict_point(
@@ -348,9 +386,10 @@ def predict_point(
         cost = lambda n: servers.step_cost(n, ranks, link)  # noqa: E731
     elif rules:
         cost = lambda n: mpi_rules.cost(rules, n, ranks, link)  # noqa: E731
+    sync = cal.sync * skew.growth(cal.sync_ranks, ranks) if cal.sync > 0 else 0.0
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
-        exchange_wait=wait, message_cost=cost,
+        exchange_wait=wait, message_cost=cost, sync_wait=sync,
     )  # fmt: skip
 
 
@@ -400,6 +439,7 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
                     "predicted_efficiency": wfbp.throughput / (n * single.throughput),
                     "pred_comm_total_s": wfbp.comm_total,
                     "pred_comm_exposed_s": wfbp.comm_exposed,
+                    "pred_sync_wait_s": wfbp.sync_wait,
                     "alpha_s": cal.link.alpha if cal.link else float("nan"),
                     "beta_s_per_byte": cal.link.beta if cal.link else float("nan"),
                     "comm_source": cal.comm_source,

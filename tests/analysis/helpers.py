@@ -140,16 +140,23 @@ def hand_schedule(
     return exposed, tc1 + tc2 + waited, (tc1, tc2), waited
 
 
+# The expected largest of n standard normal draws (tables of normal order statistics).
+EXPECTED_MAX = {1: 0.0, 2: 0.5641896, 4: 1.0293754, 8: 1.4236003}
+
+
 def model_point(
     directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo",
-    steps: float | None = None, mpi: str | None = None,
+    steps: float | None = None, mpi: str | None = None, last_rank: float = 0.0,
 ) -> tuple[Point, float]:  # fmt: skip
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer);
     `steps`: its all-reduce takes that many α steps (hand_schedule); `mpi`: the MPI library
-    its provenance names."""
+    its provenance names; `last_rank`: its ranks wait that long for the last of them at 2
+    ranks, growing as the expected largest of n normal draws (EXPECTED_MAX), in the exchange
+    phase after backward."""
     oversub = max(1.0, n / cpus) if cpus else 1.0
     exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps)
+    exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
     tb = (TB[0] * oversub, TB[1] * oversub)
     data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
     it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,
