@@ -101,13 +101,14 @@ def creating(path: Path) -> Path:
     return path.with_name(path.name + CREATING_SUFFIX)
 
 
-def _publish(made: Path, path: Path, comm: Comm) -> None:
-    """Rename the flushed new file to its result path (rank 0), once every rank is past the flush.
+def _publish(path: Path, comm: Comm) -> None:
+    """Rename the flushed new file (`creating(path)`) to `path` (rank 0), once every rank is
+    past the flush.
 
     The ranks keep writing through their open handles: a rename leaves an open file as it is."""
     comm.barrier()
     if comm.rank == 0:
-        os.replace(made, path)
+        os.replace(creating(path), path)
     comm.barrier()  # no rank starts timing before the file is in place: errors surface here
 
 
@@ -121,7 +122,7 @@ class MpioWriter:
         self._file[schema.RANKS][comm.rank] = rank_row
         self._written = 0
         self._file.flush()
-        _publish(creating(path), path, comm)
+        _publish(path, comm)
 
     def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
         if len(rows):
@@ -158,7 +159,7 @@ class GatherWriter:
             _create_layout(self._file, meta, comm.size, n_iterations)
             self._file[schema.RANKS][:] = np.concatenate([np.atleast_1d(r) for r in rows])
             self._file.flush()
-        _publish(creating(path), path, comm)
+        _publish(path, comm)
 
     def write_iterations(self, start: int, rows: np.ndarray, tables: Tables | None = None) -> None:
         blocks = self._comm.gather(rows)
