@@ -56,6 +56,7 @@ from hpcbench.analysis.contention import (
 )
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
+from hpcbench.store import schema
 from hpcbench.store.reader import PointData
 
 LOOP_COMPUTES = 0.25  # the loop's runnable share within this of the compute share: the loop computes
@@ -117,7 +118,6 @@ def _main_op(comm: np.ndarray) -> bytes | None:
     return bytes(ops[int(np.argmax(counts))])
 
 
-COMM_END_WAIT = "wait"  # provenance `comm_end`: message ends seen in a wait after backward (fit.py)
 # Files written before `comm_end` was recorded: the exchanges that saw their ends in a wait then
 _WAITED_BEFORE_COMM_END = (("torch_exchange", "mpi"), ("torch_exchange", "horovod"), ("jax_exchange", "pmean"))
 
@@ -126,7 +126,7 @@ def ends_seen_in_wait(p: PointData) -> bool:
     """Whether the point's message ends are the moments a wait after backward saw them (fit.py)."""
     recorded = p.provenance.get("comm_end")
     if recorded is not None:
-        return bool(recorded == COMM_END_WAIT)
+        return bool(recorded == schema.COMM_END_WAIT)
     return any(p.provenance.get(key) == value for key, value in _WAITED_BEFORE_COMM_END)
 
 

@@ -14,6 +14,7 @@ from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import Registry, import_error
 from hpcbench.spec import Point
+from hpcbench.store import schema
 from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Recorder
 from hpcbench.workloads import datasets as data
@@ -118,7 +119,7 @@ class Framework(ABC):
         (the moment the backend completed it: a callback, an in-graph stamp, a blocking
         call's return) or "wait" (the moment a wait, in the order the messages were started,
         once backward is over, returned it; analysis/fit.py)."""
-        return "completion"
+        return schema.COMM_END_COMPLETION
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release the distributed backend."""

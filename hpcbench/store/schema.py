@@ -159,3 +159,7 @@ STATUS_COMPLETE = "complete"
 STATUS_FAILED = "failed"
 STATUS_STOPPED = "stopped"  # stopped on a signal, all ranks at the same iteration (attr stop_reason)
 STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_FAILED, STATUS_STOPPED)
+
+# /provenance comm_end: what a message's recorded t_end is
+COMM_END_COMPLETION = "completion"  # the moment the backend completed it
+COMM_END_WAIT = "wait"  # the moment a wait after backward, in the messages' start order, saw it done

@@ -57,6 +57,7 @@ from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.rank.net import free_port
 from hpcbench.spec import Point
+from hpcbench.store import schema
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
@@ -228,7 +229,7 @@ class JaxFramework(Framework):
         return out
 
     def comm_end(self) -> str:
-        return "wait"  # a message ends when its result is seen ready, waited for in dispatch order
+        return schema.COMM_END_WAIT  # a message ends when its result is seen ready, waited for in dispatch order
 
     def teardown(self) -> None:
         import jax

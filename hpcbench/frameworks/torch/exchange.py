@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from hpcbench.store import schema
 from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 
@@ -34,7 +35,7 @@ class Exchange:
     """Per-iteration state shared by the backends' hooks."""
 
     kind: ClassVar[str] = "none"
-    comm_end: ClassVar[str] = "completion"  # what a message's recorded end is (Framework.comm_end)
+    comm_end: ClassVar[str] = schema.COMM_END_COMPLETION  # what a message's recorded end is (Framework.comm_end)
 
     def __init__(self, world: int) -> None:
         self.world = world
@@ -135,7 +136,7 @@ _timed_allreduce.__annotations__.clear()
 class _PerParameter(Exchange, ABC):
     """Starts one message per parameter from a post-accumulate-grad hook."""
 
-    comm_end = "wait"  # `finish` sees the ends, waiting in the order the messages started
+    comm_end = schema.COMM_END_WAIT  # `finish` sees the ends, waiting in the order the messages started
 
     def __init__(self, world: int) -> None:
         super().__init__(world)
