@@ -64,8 +64,7 @@ def test_a_synthetic_straggler_is_named_and_its_cost_and_what_if_match_the_run_w
 
     # The truth is what was injected: the slow rank's forward + backward last 1.5x as long, so
     # without it every iteration would end EXCESS earlier (sleeps: load cannot stretch them).
-    # The run without the straggler is the same workload measured again: a second check, at
-    # the margin that one run against another allows on a loaded machine.
+    # The run without the straggler is a second check (below).
     # A sleep only ever ends late: where load wakes the other ranks late, the slowest of them
     # ends later than their median, and removing the straggler saves that much less; where it
     # wakes the straggler late, more. Both are measured, so the margin follows the load.
@@ -84,7 +83,15 @@ def test_a_synthetic_straggler_is_named_and_its_cost_and_what_if_match_the_run_w
     assert saved[0] <= t_with - num(ranks, SLOW_RANK, "whatif_t_iter_s") <= saved[1]
     all_median = num(ps.whatif.set_index("scenario"), "all ranks at median speed", "t_iter_s")
     assert saved[0] <= t_with - all_median <= saved[1]
-    assert all_median == pytest.approx(t_without, rel=0.10)
+    # The run without it is the same workload measured again, a minute later: its ranks' own
+    # compute and lateness are what load gave that run, so the what-if is set on them before
+    # the two are compared, and the lateness both runs show is the margin.
+    alone = metrics.compute_time(without.iterations)
+    nominal_alone = float(np.median(alone))
+    late_alone = float(np.median(alone.max(axis=0))) - nominal_alone
+    shifted = all_median - nominal + nominal_alone
+    margin = 0.05 * t_without + late_others + late_alone
+    assert abs(shifted - t_without) <= margin, (shifted, t_without, margin)
     assert word(ranks, SLOW_RANK, "through") == "backward"  # +20 ms there, +15 ms in forward
     # the messages are all exposed: they start after backward
     shares = metrics.point_row(with_it.point, with_it.point_id, with_it.iterations, with_it.comm)
