@@ -44,6 +44,26 @@ per iteration: the messages after it find the ranks in the exchange), where the 
 threads sleep while they wait (MPI's threads poll instead, and keep their CPU). Linux's default
 slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
 n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
+
+A thread that drives the exchange beside the compute and polls while it waits is a thread-load
+of its own: Horovod's background thread, where its controller is MPI, negotiates with the
+other ranks' background threads every cycle and runs the all-reduces, inside MPI calls that
+spin until the peers arrive. Open MPI spins without giving its CPU away unless it knows the
+host is oversubscribed (more ranks than slots, `mpi_oversubscribe`, or `mpi_yield_when_idle`
+asked for), in which case it yields to any other runnable thread. So a rank of such a backend
+counts `pollers` = 1 more thread against the cores where Open MPI does not yield, and none
+where it does or where it is alone (no peer to wait for):
+
+    load = k·(t + pollers),    oversubscription = max(1, load / C_eff)
+
+A poller spins only while its peers are late: where a calibration point's loop wait was
+measured, its pollers are what that wait shows (predict.Derived.measured_placement).
+
+Measured on a 2-CPU host (three frameworks with Horovod, 1, 2 and 4 ranks): at 2 ranks,
+where Open MPI spins, the training loops waited 47–52 % of their runnable time for a CPU,
+as 4 thread-loads on 2 CPUs give (1 − 2/4); at 4 ranks, where it yields, 61–67 %, beside
+51–54 % for MPI backends without such a thread; and the compute grew 1.6–2.5 times from 1 to
+2 ranks but 0.99–1.21 times from 2 to 4.
 """
 
 from __future__ import annotations
@@ -62,6 +82,8 @@ SLICE_BASE_S = 0.75e-3  # Linux's base scheduler slice per unit of its CPU-count
 # instead: a waiting rank keeps its CPU, and no wake-up is waited for. A parameter server's
 # push and pull are round trips to a server, not a ring's steps: no wait is modelled there.
 SLEEPING_WAITS = frozenset({"gloo", "multiworker", "pmean", "pmean_fused"})
+YIELD_SETTINGS = ("OMPI_MCA_mpi_yield_when_idle", "OMPI_MCA_mpi_oversubscribe")  # either true: Open MPI yields
+TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
 
 @dataclass(frozen=True)
@@ -69,14 +91,26 @@ class Placement:
     ranks_per_host: int
     threads: int  # per rank
     cores: float  # per host (the CPU count, or the effective cores the model fitted)
+    pollers: float = 0  # per rank: threads that poll beside its compute (`pollers`)
+
+    @property
+    def load(self) -> float:
+        """The threads that want a CPU on the host."""
+        return self.ranks_per_host * (self.threads + self.pollers)
 
     @property
     def oversubscription(self) -> float:
-        return max(1.0, self.ranks_per_host * self.threads / self.cores) if self.cores > 0 else 1.0
+        return max(1.0, self.load / self.cores) if self.cores > 0 else 1.0
 
     @property
     def oversubscribed(self) -> bool:
         return self.oversubscription > 1.0
+
+
+def ranks_take_turns(where: Placement) -> bool:
+    """Whether the ranks' own threads outnumber the host's CPUs (pollers left out): each rank
+    then waits, now and then, for a CPU that another rank holds."""
+    return where.cores > 0 and where.ranks_per_host * where.threads > where.cores
 
 
 def scheduler_slice(cpus: float) -> float:
@@ -114,7 +148,7 @@ def fit_phi(a: Placement, b: Placement, compute_a: float, compute_b: float) -> f
 def fit_effective_cores(a: Placement, b: Placement, compute_a: float, compute_b: float) -> float | None:
     """C_eff from a single thread-load (a: ranks_per_host·threads = 1) and a larger placement b
     of the same threads on the same host; None when the pair cannot tell."""
-    load_a, load_b = a.ranks_per_host * a.threads, b.ranks_per_host * b.threads
+    load_a, load_b = a.load, b.load
     if a.threads != b.threads or load_a != 1 or load_b <= 1 or a.cores != b.cores or a.cores <= 0:
         return None
     if compute_a <= 0 or compute_b <= 0 or compute_b / compute_a <= 1 + SLOWDOWN_SEEN:
@@ -126,7 +160,7 @@ def effective_cores_from_wait(a: Placement, wait: float) -> float | None:
     """C_eff = k·t·(1 − w) from placement a's measured run-queue wait share w, clipped to
     [1, C]; C itself for a wait under 5 % (measured: no contention seen); None for a single
     thread-load or no wait measured."""
-    load = a.ranks_per_host * a.threads
+    load = a.load
     if load <= 1 or a.cores <= 0 or not 0 <= wait < 1:
         return None
     if wait < SLOWDOWN_SEEN:
@@ -142,9 +176,39 @@ def _threads(p: PointData) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
+def horovod_over_mpi(p: PointData) -> bool:
+    """Whether the point's gradients went through Horovod with MPI as its controller (launched
+    by mpirun or srun; `horovodrun` starts it with Gloo)."""
+    if p.point.backend != "horovod":
+        return False
+    return p.point.launcher != "horovodrun" and p.provenance.get("horovod_controller", "mpi") == "mpi"
+
+
+def mpi_yields(p: PointData, ranks_per_host: int, cpus: float) -> bool:
+    """Whether Open MPI's waits give the CPU away on the point's hosts: as its environment set
+    it (`YIELD_SETTINGS`, what mpirun sets on an oversubscribed host), or, where it does not
+    say, as mpirun decides: more ranks on a host than its CPUs."""
+    environment = p.provenance.get("environment", {})
+    settings = environment if isinstance(environment, dict) else {}
+    if any(str(settings.get(key, "")).lower() in TRUE_WORDS for key in YIELD_SETTINGS):
+        return True
+    if any(key in settings for key in YIELD_SETTINGS):
+        return False
+    return cpus > 0 and ranks_per_host > cpus
+
+
+def pollers(p: PointData, ranks_per_host: int, ranks: int) -> int:
+    """Threads per rank that poll beside its compute in `p`'s configuration at `ranks` ranks,
+    `ranks_per_host` to a host: Horovod's background thread over an Open MPI that spins."""
+    cpus = float(p.provenance.get("cpu_count", 0) or 0)
+    spins = horovod_over_mpi(p) and not mpi_yields(p, ranks_per_host, cpus)
+    return 1 if spins and ranks >= 2 else 0
+
+
 def placement_of(p: PointData) -> Placement:
-    """Where a measured point's ranks ran: the busiest host's rank count, threads, cores."""
+    """Where a measured point's ranks ran: the busiest host's rank count, threads, cores, and
+    the threads per rank that polled beside the compute."""
     hosts = Counter(p.hostnames)
     per_host = max(hosts.values()) if hosts else 1
     cores = int(p.provenance.get("cpu_count", 0) or 0)
-    return Placement(per_host, _threads(p), cores)
+    return Placement(per_host, _threads(p), cores, pollers(p, per_host, p.iterations.shape[0]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -21,7 +22,7 @@ import pandas as pd
 from hpcbench.analysis import collectives as co
 from hpcbench.analysis import exchange as ex
 from hpcbench.analysis import metrics, mpi_rules, predict, tables
-from hpcbench.analysis.contention import placement_of
+from hpcbench.analysis.contention import placement_of, pollers
 from hpcbench.analysis.forecast_spec import ForecastSpec, Level
 from hpcbench.analysis.model import Layer, PhaseTimes
 from hpcbench.store.reader import PointData
@@ -106,7 +107,8 @@ def extrapolate(directory: Path, nodes: Sequence[int]) -> pd.DataFrame:
                 "batch_size": largest.point.batch_size, "ranks_per_node": per_node}  # fmt: skip
         x1 = predict.predict_point(cal, 1, largest.point.batch_size, overlap=True).throughput
         for n in nodes:
-            pred = predict.predict_point(cal, n * per_node, largest.point.batch_size, overlap=True, placement=where)
+            at = replace(where, pollers=pollers(largest, where.ranks_per_host, n * per_node))
+            pred = predict.predict_point(cal, n * per_node, largest.point.batch_size, overlap=True, placement=at)
             rows.append({**base, "nodes": n, "ranks": n * per_node, "t_iter_s": pred.t_iter,
                          "throughput": pred.throughput, "efficiency": pred.throughput / (n * per_node * x1),
                          "exposed_comm_s": pred.comm_exposed, "comm_source": cal.comm_source})  # fmt: skip

@@ -52,7 +52,9 @@ from hpcbench.analysis.contention import (
     exchange_wait,
     fit_effective_cores,
     fit_phi,
+    horovod_over_mpi,
     placement_of,
+    ranks_take_turns,
 )
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
@@ -94,6 +96,7 @@ class Calibration:
     mpi: str = ""  # the rules of the MPI library whose MPI_Allreduce exchanged (mpi_rules.py); "": a ring
     sync: float = 0.0  # the wait for the last rank at `sync_ranks` ranks (skew.py)
     sync_ranks: int = 0
+    sync_shared: Sharing | None = None  # how the measured points shared the CPUs (None: they did not)
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -172,6 +175,16 @@ class Derived:
             self._placements[p.point_id] = placement_of(p)
         return self._placements[p.point_id]
 
+    def measured_placement(self, p: PointData) -> Placement:
+        """`placement(p)` with its pollers as the point's loop wait measured them: a loop that
+        computes and waited a share w for a CPU had C / (1 − w) thread-loads beside it."""
+        where = self.placement(p)
+        wait = self.cpu_wait(p)
+        if where.pollers == 0 or not where.cores > 0 or not 0 <= wait < 1:
+            return where
+        load = where.cores / (1 - wait)
+        return replace(where, pollers=min(max(load / where.ranks_per_host - where.threads, 0.0), where.pollers))
+
     def messages(self, p: PointData) -> np.ndarray:
         """The point's messages of (at most fit.MAX_ITERATIONS) timed iterations."""
         if p.point_id not in self._messages:
@@ -202,10 +215,7 @@ def mpi_rules_of(p: PointData) -> str:
     MPI_Allreduce, from the MPI library its provenance names; "" otherwise (a ring). Horovod
     runs MPI's all-reduce on CPU tensors where its controller is MPI (launched by mpirun or
     srun), Gloo's ring where `horovodrun` started it with Gloo."""
-    if p.point.backend == "horovod":
-        through_mpi = p.point.launcher != "horovodrun" and p.provenance.get("horovod_controller", "mpi") == "mpi"
-    else:
-        through_mpi = p.point.backend in MPI_EXCHANGES
+    through_mpi = horovod_over_mpi(p) if p.point.backend == "horovod" else p.point.backend in MPI_EXCHANGES
     if not through_mpi or p.point.device != "cpu":
         return ""
     return mpi_rules.library(p.provenance.get("mpi"), p.provenance.get("environment"))
@@ -234,7 +244,7 @@ def fit_link_from_points(
         link = fit.fit_rules_link(rules, n, np.concatenate(sizes), np.concatenate(times))
     else:
         link = ring_link(result.cost, n)
-    places = [(w, replace(w, cores=cores) if cores > 0 else w) for w in (derived.placement(p) for p in points)]
+    places = [(w, replace(w, cores=cores) if cores > 0 else w) for w in (derived.measured_placement(p) for p in points)]
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
     if oversub > 1:
@@ -251,9 +261,9 @@ def fit_link_from_points(
 def _thread_exponent(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
     """φ from the base point and the smallest point with other threads; its source and that point."""
     base = order[0]
-    a = derived.placement(base)
+    a = derived.measured_placement(base)
     for p in order[1:]:
-        b = derived.placement(p)
+        b = derived.measured_placement(p)
         phi = fit_phi(a, b, derived.compute_s(base), derived.compute_s(p))
         if phi is not None:
             return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
@@ -264,9 +274,9 @@ def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[floa
     """C_eff from the base point, when it runs one thread-load, and the smallest point of more
     ranks per host with its threads; its source and that point."""
     base = order[0]
-    a = derived.placement(base)
+    a = derived.measured_placement(base)
     for p in order[1:]:
-        b = derived.placement(p)
+        b = derived.measured_placement(p)
         cores = fit_effective_cores(a, b, derived.compute_s(base), derived.compute_s(p))
         if cores is not None:
             source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
@@ -338,7 +348,7 @@ def calibrate(
     calibration |= {phi_point} if phi_point else set()
     cal = Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
-        derived.placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
+        derived.measured_placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
         mpi_rules_of(base),
     )  # fmt: skip
     return _with_sync_wait(cal, order, stats, derived)
@@ -356,13 +366,25 @@ def _with_sync_wait(cal: Calibration, order: Sequence[PointData], stats: pd.Data
     chosen = [p for p in multi if p.iterations.shape[0] == n]
     waits = []
     for p in chosen:
-        pred = predict_point(cal, n, p.point.batch_size, overlap=True, placement=derived.placement(p))
-        waits.append(float(cast(float, stats.loc[p.point_id, "comm_s"])) - pred.comm_exposed)
+        pred = predict_point(cal, n, p.point.batch_size, overlap=True, placement=derived.measured_placement(p))
+        waits.append(float(cast(float, stats.loc[p.point_id, "t_iter_s"])) - pred.t_iter)
     wait = float(np.nanmean(waits)) if np.isfinite(waits).any() else 0.0
     if not wait > 0:
         return cal
     points = cal.calibration_points | {p.point_id for p in chosen}
-    return replace(cal, sync=wait, sync_ranks=n, calibration_points=points)
+    shared = sharing(cal, derived.placement(chosen[0]))  # one configuration, one rank count: one placement
+    return replace(cal, sync=wait, sync_ranks=n, sync_shared=shared, calibration_points=points)
+
+
+Sharing = tuple[bool, bool]  # (ranks take turns on the CPUs, threads poll beside their compute)
+
+
+def sharing(cal: Calibration, where: Placement) -> Sharing | None:
+    """How an exchange through MPI shares the CPUs with the ranks' compute at `where`: its
+    ranks take turns on them, or threads spin beside them; None for neither, or for another
+    exchange."""
+    shared = (ranks_take_turns(where), where.pollers > 0)
+    return shared if cal.mpi and any(shared) else None
 
 
 def predict_point(
@@ -386,7 +408,8 @@ def predict_point(
         cost = lambda n: servers.step_cost(n, ranks, link)  # noqa: E731
     elif rules:
         cost = lambda n: mpi_rules.cost(rules, n, ranks, link)  # noqa: E731
-    sync = cal.sync * skew.growth(cal.sync_ranks, ranks) if cal.sync > 0 else 0.0
+    carried = cal.sync > 0 and (cal.sync_shared is None or sharing(cal, host) == cal.sync_shared)
+    sync = cal.sync * skew.growth(cal.sync_ranks, ranks) if carried else 0.0
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
         exchange_wait=wait, message_cost=cost, sync_wait=sync,
@@ -413,7 +436,8 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
         for p in group:
             row = stats.loc[p.point_id]
             n, b = int(row["ranks"]), int(row["batch_size"])
-            where = derived.placement(p)
+            calibrated = p.point_id in cal.calibration_points
+            where = derived.measured_placement(p) if calibrated else derived.placement(p)
             wfbp = predict_point(cal, n, b, overlap=True, placement=where)
             serial = predict_point(cal, n, b, overlap=False, placement=where)
             single = predict_point(cal, 1, b, overlap=True)
@@ -427,7 +451,7 @@ def predictions(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost
                     "ranks": n,
                     "batch_size": b,
                     "seed": p.point.seed,
-                    "calibration": p.point_id in cal.calibration_points,
+                    "calibration": calibrated,
                     "measured_t_iter_s": measured,
                     "predicted_t_iter_s": wfbp.t_iter,
                     "rel_error": _rel(wfbp.t_iter, measured),

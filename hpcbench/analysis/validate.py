@@ -44,15 +44,11 @@ def _residuals(row: pd.Series, pred: IterationPrediction) -> dict[str, float]:
     }
 
 
-def _load(where: Placement) -> int:
-    return where.ranks_per_host * where.threads
-
-
 def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]) -> str:
     """Why a held-out point may miss: fewer threads per host than every calibration point ran,
     with the host's effective cores unknown (contention.py), is an extrapolation the
     calibration cannot check."""
-    if cal.cpu and cal.cores == 0 and _load(where) < min(_load(placement_of(p)) for p in train):
+    if cal.cpu and cal.cores == 0 and where.load < min(placement_of(p).load for p in train):
         return (
             f"effective cores {cal.cores_source}; compute at {where.ranks_per_host} "
             "rank(s) per host extrapolated from more"
@@ -73,7 +69,8 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
         return ""
     cpus = float(row.get("rank_cpus", math.nan))
     ran = f"; each ran on {cpus:.2f} CPUs" if math.isfinite(cpus) else ""
-    counted = f"{where.ranks_per_host} rank(s) × {where.threads} thread(s) on {where.cores:g} cores"
+    polling = f" and {where.pollers:g} polling thread(s) each" if where.pollers else ""
+    counted = f"{where.ranks_per_host} rank(s) × {where.threads} thread(s){polling} on {where.cores:g} cores"
     waited = f"the training loops waited {wait:.0%} of their runnable time for a CPU"
     if where.oversubscribed:
         return f"{waited} ({counted}{ran})"

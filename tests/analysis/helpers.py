@@ -147,16 +147,23 @@ EXPECTED_MAX = {1: 0.0, 2: 0.5641896, 4: 1.0293754, 8: 1.4236003}
 def model_point(
     directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo",
     steps: float | None = None, mpi: str | None = None, last_rank: float = 0.0,
+    pollers: float = 0.0, environment: dict[str, str] | None = None, last_rank_in_turns: bool = False,
+    loop_wait: float | None = None,
 ) -> tuple[Point, float]:  # fmt: skip
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer);
     `steps`: its all-reduce takes that many α steps (hand_schedule); `mpi`: the MPI library
     its provenance names; `last_rank`: its ranks wait that long for the last of them at 2
     ranks, growing as the expected largest of n normal draws (EXPECTED_MAX), in the exchange
-    phase after backward."""
-    oversub = max(1.0, n / cpus) if cpus else 1.0
+    phase after backward (with `last_rank_in_turns`, only where the ranks outnumber the CPUs);
+    `pollers`: threads per rank that took a CPU's share beside the compute (n·(1 + pollers)
+    thread-loads); `environment`: the ranks' environment its provenance names; `loop_wait`:
+    the share of their runnable time the ranks' training loops (which compute) waited for a
+    CPU, in the ranks' schedstat samples."""
+    oversub = max(1.0, n * (1 + pollers) / cpus) if cpus else 1.0
     exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps)
-    exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
+    if not last_rank_in_turns or n > cpus:
+        exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
     tb = (TB[0] * oversub, TB[1] * oversub)
     data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
     it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,
@@ -176,6 +183,11 @@ def model_point(
     hosts = ["h"] * n if cpus else None
     provenance: dict[str, object] = {"cpu_count": cpus} if cpus else {}
     provenance.update({"mpi": mpi} if mpi else {})
+    provenance.update({"environment": environment} if environment is not None else {})
     comm = comm_rows(rows) if rows else None
-    write_point_file(directory / f"{point.id}.h5", point, it, comm=comm, hostnames=hosts, provenance=provenance)
-    return point, data + forward + sum(tb) + exposed + update
+    compute = data + forward + sum(tb) + update
+    runnable = compute / (compute + exposed)  # of an iteration: the loop is what computes
+    samples = sched_rows(n, 1.5, 12.0, wait=loop_wait, runnable=runnable) if loop_wait is not None else None
+    write_point_file(directory / f"{point.id}.h5", point, it, comm=comm, resources=samples, hostnames=hosts,
+                     provenance=provenance)  # fmt: skip
+    return point, compute + exposed
