@@ -106,6 +106,11 @@ class Placement:
     def oversubscribed(self) -> bool:
         return self.oversubscription > 1.0
 
+    def describe(self) -> str:
+        """What shares the host: "2 rank(s) × 1 thread(s) and 1 polling thread(s) each on 2 cores"."""
+        polling = f" and {self.pollers:g} polling thread(s) each" if self.pollers else ""
+        return f"{self.ranks_per_host} rank(s) × {self.threads} thread(s){polling} on {self.cores:g} cores"
+
 
 def ranks_take_turns(where: Placement) -> bool:
     """Whether the ranks' own threads outnumber the host's CPUs (pollers left out): each rank

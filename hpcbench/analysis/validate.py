@@ -69,8 +69,7 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
         return ""
     cpus = float(row.get("rank_cpus", math.nan))
     ran = f"; each ran on {cpus:.2f} CPUs" if math.isfinite(cpus) else ""
-    polling = f" and {where.pollers:g} polling thread(s) each" if where.pollers else ""
-    counted = f"{where.ranks_per_host} rank(s) × {where.threads} thread(s){polling} on {where.cores:g} cores"
+    counted = where.describe()
     waited = f"the training loops waited {wait:.0%} of their runnable time for a CPU"
     if where.oversubscribed:
         return f"{waited} ({counted}{ran})"

@@ -67,10 +67,8 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     for p in sweep.points:
         where = placement_of(p)
         if where.oversubscribed:
-            polling = f" and {where.pollers:g} polling thread(s) each" if where.pollers else ""
-            print(f"note: point {p.point_id}: oversubscribed: {where.ranks_per_host} ranks x {where.threads} "
-                  f"threads{polling} on {where.cores} cores; compute and CPU collectives are time-shared",
-                  file=out)  # fmt: skip
+            print(f"note: point {p.point_id}: oversubscribed: {where.describe()}; "
+                  "compute and CPU collectives are time-shared", file=out)  # fmt: skip
         for note in resources.host_notes(p.point_id, resources.of_point(p)):
             print(f"note: {note}", file=out)
     print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)

@@ -34,6 +34,7 @@ def test_horovod_over_an_mpi_that_spins_counts_a_polling_thread_per_rank(tmp_pat
     assert spins == Placement(2, 1, 2, pollers=1)
     assert spins.load == 4 and spins.oversubscription == 2.0 and spins.oversubscribed
     assert not ranks_take_turns(spins)  # its ranks' own threads have a CPU each
+    assert spins.describe() == "2 rank(s) × 1 thread(s) and 1 polling thread(s) each on 2 cores"
     # Open MPI yields where it was told the host is oversubscribed, or to yield when idle
     assert placement_of(_point(tmp_path, 4, provenance={"environment": YIELDS})).pollers == 0
     told = {"OMPI_MCA_mpi_yield_when_idle": "1", **SPINS}
