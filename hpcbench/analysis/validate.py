@@ -71,9 +71,28 @@ def _wait_note(row: pd.Series, where: Placement) -> str:
     ran = f"; each ran on {cpus:.2f} CPUs" if math.isfinite(cpus) else ""
     counted = where.describe()
     waited = f"the training loops waited {wait:.0%} of their runnable time for a CPU"
+    loads = _loads_seen(wait, where)
     if where.oversubscribed:
-        return f"{waited} ({counted}{ran})"
-    return f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs){ran}"
+        return f"{waited} ({counted}{ran}){loads}"
+    return (
+        f"{waited} although {counted} fit: other threads held cores (the ranks' own uncounted ones, other jobs)"
+        f"{ran}{loads}"
+    )
+
+
+def _loads_seen(wait: float, where: Placement) -> str:
+    """What a loop wait w says of the host's load: C / (1 − w) thread-loads on its C CPUs
+    (contention.py), beside those the placement counted; with polling threads counted, the
+    share of a thread each spun, as that load leaves it (at most the count)."""
+    if not where.cores > 0 or not 0 <= wait < 1:
+        return ""
+    seen = where.cores / (1 - wait)
+    text = f"; a wait of {wait:.0%} is what {seen:.1f} thread-loads on {where.cores:g} CPUs give"
+    text += f", {where.load:g} counted"
+    if where.pollers > 0:
+        spun = min(max(seen / where.ranks_per_host - where.threads, 0.0), where.pollers)
+        text += f": {spun:.2f} polling thread(s) each, not {where.pollers:g}"
+    return text
 
 
 DISTURBED = "measured beside other work"  # the start of the note below

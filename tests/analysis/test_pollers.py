@@ -124,6 +124,11 @@ def test_a_polling_threads_share_is_what_the_loops_wait_measured(tmp_path: Path)
     for n in (1, 2, 4):
         if n != 2:  # a placement predicted, not measured, counts the whole thread
             assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
+    # held out, the 2 ranks are predicted with whole threads, and their note says what their
+    # own loops' wait shows: 8/3 thread-loads, a third of a polling thread each
+    assert float(held["predicted_t_iter_s"][2]) > 1.2 * truth[2]
+    shown = "a wait of 25% is what 2.7 thread-loads on 2 CPUs give, 4 counted: 0.33 polling thread(s) each, not 1"
+    assert shown in str(held.loc[2, "note"])
     # not measured, the 2 ranks' polling threads count whole: one rank at half their compute
     _horovod(tmp_path / "unmeasured", spin=1 / 3)
     one = float(tables.analyse(tmp_path / "unmeasured").held_out.set_index("ranks")["predicted_t_iter_s"][1])

@@ -26,7 +26,8 @@ Evaluation runs the model out of training: running statistics, no dropout.
 JAX dispatches asynchronously: a phase ends when its results are ready (the step waits for
 them there, before dispatching the next phase, which needs them anyway). Gradients all
 come out of one backward program, so backward and communication do not overlap.
-`threads: 1` turns off XLA's multi-threaded Eigen (`XLA_FLAGS`); both are recorded.
+`threads: 1` sets `--xla_cpu_multi_thread_eigen=false` (`XLA_FLAGS`, recorded), which JAX
+0.10's CPU runtime no longer heeds (it computes on a thread per CPU; `rank_cpus` shows it).
 
 jax is imported only inside methods (with `layers.py` and `exchange.py`, which need it):
 this module is registered in interpreters without it.
