@@ -143,6 +143,7 @@ def predict_iteration(
     exchange_wait: float = 0.0,
     message_cost: Callable[[float], float] | None = None,
     sync_wait: float = 0.0,
+    local_exchange: float = 0.0,
 ) -> IterationPrediction:
     """One iteration on `ranks` ranks.
 
@@ -153,7 +154,10 @@ def predict_iteration(
     exchange's wait for time-shared threads to be scheduled: contention.py) to the exposed
     communication, when there is any; `sync_wait` (the wait for the last rank: skew.py) to
     the exposed communication of two or more ranks. `message_cost`: a message's seconds from
-    its bytes in place of the ring all-reduce over `link` (message_times).
+    its bytes in place of the ring all-reduce over `link` (message_times). `local_exchange`:
+    the exchange's own work on a single rank, where no message crosses a link (a backend's
+    all-reduce over one rank still waits for its hooks and copies its buckets), added to the
+    communication and exposed, at one rank only.
     """
     _check_inputs(phases, layers, ranks, batch_size)
     tb = [layer.backward_s for layer in layers]
@@ -164,6 +168,8 @@ def predict_iteration(
         t_c, exposed = t_c + exchange_wait, exposed + exchange_wait
     sync_wait = sync_wait if ranks >= 2 else 0.0
     exposed += sync_wait
+    if ranks == 1 and local_exchange > 0:
+        t_c, exposed = t_c + local_exchange, exposed + local_exchange
     compute = phases.forward + t_b + exposed + phases.update + overhead
     io = phases.data + phases.h2d
     t_iter = max(io, compute) if prefetch else io + compute

@@ -23,6 +23,10 @@ size) and seed. Its calibration:
   the exchange's first ring waits half a scheduler slice per step for its threads (a
   CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit of
   oversubscription, that wait taken out.
+- the exchange a single rank still runs (its backend's all-reduce over one rank: the wait
+  for its hooks, its buckets' copies): the exchange phase of a one-rank calibration point,
+  predicted at one rank only (from two ranks on, the messages the link was fitted on
+  carry it);
 - the wait for the last rank (skew.py): the exchange phase of the smallest points of two or
   more ranks beyond the exposed exchange modelled for them, carried to N ranks as the
   expected largest of N normal draws grows.
@@ -97,6 +101,7 @@ class Calibration:
     sync: float = 0.0  # the wait for the last rank at `sync_ranks` ranks (skew.py)
     sync_ranks: int = 0
     sync_shared: Sharing | None = None  # how the measured points shared the CPUs (None: they did not)
+    local_exchange: float = 0.0  # the exchange phase of a one-rank calibration point (model.predict_iteration)
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -314,9 +319,12 @@ def calibrate(
     phases = PhaseTimes(float(row["data_s"]), float(row["h2d_s"]), float(row["forward_s"]), float(row["update_s"]))
     measured = sum(float(row[f"{name}_s"]) for name in ("data", "h2d", "forward", "backward", "comm", "update"))
     overhead = max(float(row["t_iter_s"]) - measured, 0.0)
+    servers = servers_of(base.point)
+    # a single rank's exchange, where no message of it is modelled (a parameter server's one
+    # worker already pushes to and pulls from its servers)
+    alone = float(row["comm_s"]) if base.iterations.shape[0] == 1 and not servers else 0.0
     backward = float(row["backward_s"])
     calibration = {base.point_id}
-    servers = servers_of(base.point)
     with_messages = [p for p in order if len(p.comm)]
     if with_messages:
         source = with_messages[0]
@@ -349,7 +357,7 @@ def calibrate(
     cal = Calibration(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
         derived.measured_placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
-        mpi_rules_of(base),
+        mpi_rules_of(base), local_exchange=alone if math.isfinite(alone) else 0.0,
     )  # fmt: skip
     return _with_sync_wait(cal, order, stats, derived)
 
@@ -394,7 +402,8 @@ def predict_point(
     placed as `placement` (default: as the calibration point's)."""
     host = placement or cal.placement
     where = cal.on(host)
-    s = batch_size / cal.batch_size * (compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0)
+    shared = compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0
+    s = batch_size / cal.batch_size * shared
     phases = PhaseTimes(cal.phases.data * s, cal.phases.h2d * s, cal.phases.forward * s, cal.phases.update * s)
     link = cal.link if cal.link is not None else LinkCost(0.0, 0.0)
     wait = 0.0
@@ -412,7 +421,7 @@ def predict_point(
     sync = cal.sync * skew.growth(cal.sync_ranks, ranks) if carried else 0.0
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
-        exchange_wait=wait, message_cost=cost, sync_wait=sync,
+        exchange_wait=wait, message_cost=cost, sync_wait=sync, local_exchange=cal.local_exchange * shared,
     )  # fmt: skip
 
 

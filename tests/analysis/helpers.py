@@ -148,7 +148,7 @@ def model_point(
     directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo",
     steps: float | None = None, mpi: str | None = None, last_rank: float = 0.0,
     pollers: float = 0.0, environment: dict[str, str] | None = None, last_rank_in_turns: bool = False,
-    loop_wait: float | None = None,
+    loop_wait: float | None = None, alone: float = 0.0,
 ) -> tuple[Point, float]:  # fmt: skip
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer);
@@ -159,11 +159,13 @@ def model_point(
     `pollers`: threads per rank that took a CPU's share beside the compute (n·(1 + pollers)
     thread-loads); `environment`: the ranks' environment its provenance names; `loop_wait`:
     the share of their runnable time the ranks' training loops (which compute) waited for a
-    CPU, in the ranks' schedstat samples."""
+    CPU, in the ranks' schedstat samples; `alone`: the exchange phase of one rank, whose
+    all-reduce over itself sends no message (hooks, copies)."""
     oversub = max(1.0, n * (1 + pollers) / cpus) if cpus else 1.0
     exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps)
     if not last_rank_in_turns or n > cpus:
         exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
+    exposed += alone if n == 1 else 0.0
     tb = (TB[0] * oversub, TB[1] * oversub)
     data, forward, update = DATA * oversub, FORWARD * oversub, UPDATE * oversub
     it = iterations(n, 12, warmup=2, data=data, forward=forward, backward=sum(tb), comm=exposed, update=update,

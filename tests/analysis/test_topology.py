@@ -231,6 +231,27 @@ def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path
     assert math.isfinite(float(summary["max_abs_error"].iloc[0]))
 
 
+def test_one_ranks_own_exchange_is_predicted_at_one_rank_only(tmp_path: Path) -> None:
+    # A backend's all-reduce over one rank sends nothing but still takes 1 ms (its hooks, its
+    # buckets' copies): the one-rank calibration point is predicted with it, exactly, and the
+    # ranks that exchange messages as before (their link was fitted on those messages).
+    (tmp_path / "alone").mkdir()
+    (tmp_path / "none").mkdir()
+    truth = {n: model_point(tmp_path / "alone", n, alone=1e-3)[1] for n in (1, 2, 4)}
+    without = {n: model_point(tmp_path / "none", n)[1] for n in (1, 2, 4)}
+    assert truth[1] == pytest.approx(without[1] + 1e-3) and truth[4] == without[4]
+    pred = tables.analyse(tmp_path / "alone").predictions.set_index("ranks")
+    for n in (1, 2, 4):
+        assert pred.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
+    assert pred.loc[1, "pred_comm_exposed_s"] == pytest.approx(1e-3, rel=1e-6)
+    # the efficiency predicted against one rank that exchanges, as the measured one is
+    assert pred.loc[4, "predicted_efficiency"] == pytest.approx(pred.loc[4, "measured_efficiency"], rel=1e-6)
+    # held out, 2 and 4 ranks do not carry it; 1 rank, predicted from 2 and 4, cannot know it
+    held = tables.analyse(tmp_path / "alone").held_out.set_index("ranks")
+    assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
+    assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(without[1], rel=1e-6)
+
+
 def host_of_125_cores(
     directory: Path, runnable: float | None = None, cores: float = 1.25, others: bool = False, steal4: float = 0.0
 ) -> dict[int, float]:
