@@ -76,6 +76,18 @@ class LinkFit:
     rows: int
     beta_t: float  # β over its standard error (inf on a perfect fit)
     notes: tuple[str, ...] = field(default=())
+    costed_as: tuple[str, ...] = field(default=())  # each file's all-reduce as the fit costed it (`costed_as`)
+
+    def describe(self) -> str:
+        """One line: the level's α, β, what they were fitted on and how each file's all-reduce
+        was costed, then the files left out."""
+        rate = f"{8 / self.link.beta / 1e9:.3g} Gbit/s" if self.link.beta > 0 else "no bandwidth term"
+        names = ", ".join(path.name for path in self.files)
+        ways = "; ".join(sorted(set(self.costed_as)))
+        sure = f"{self.beta_t:.3g}" if self.beta_t <= 1000 else "over 1000"
+        line = (f"{self.level}: α {self.link.alpha * 1e6:.3g} µs, β {rate} per hop, fitted on {names} "
+                f"({self.rows} rows, β at {sure} standard errors; all-reduce costed as {ways})")  # fmt: skip
+        return "; ".join((line, *self.notes))
 
 
 def read_commbench(path: Path | str) -> pd.DataFrame:
@@ -114,6 +126,26 @@ def rules(path: Path | str) -> str:
     except (TypeError, ValueError):
         environment = {}
     return mpi_rules.library(version, environment)
+
+
+RING_BY_BACKEND = {
+    "gloo": "a ring (gloo's all-reduce)",
+    "nccl": "a ring (NCCL picks a ring or a tree by size and node count, which the file does not record)",
+    "mpi": "a ring (the file names no MPI library whose algorithms are known)",
+}
+
+
+def costed_as(path: Path | str) -> str:
+    """How the fit costs a commbench file's all-reduce: its MPI library's algorithm per size
+    (`rules`), a forced algorithm, or a ring (gloo's; NCCL's taken as one)."""
+    chosen = rules(path)
+    if chosen.startswith(mpi_rules.FORCED):
+        return f"{chosen[len(mpi_rules.FORCED) :]} (forced by the file's MPI settings)"
+    if chosen:
+        return f"{chosen}'s algorithm for each size and rank count"
+    with h5py.File(path, "r") as f:
+        backend = str(f.attrs.get("backend", ""))
+    return RING_BY_BACKEND.get(backend, f"a ring ({backend or 'backend not named'})")
 
 
 def _allreduce_rows(paths: Sequence[Path]) -> pd.DataFrame:
@@ -212,5 +244,6 @@ def levels_from_commbench(paths: Sequence[Path | str]) -> dict[Level, LinkFit]:
         if files:
             rows = _allreduce_rows(files)
             link, beta_t = fit_link(rows, f"{level}-node commbench files ({', '.join(p.name for p in files)})")
-            fits[level] = LinkFit(level, link, tuple(files), len(rows), beta_t, tuple(notes))
+            ways = tuple(costed_as(path) for path in files)
+            fits[level] = LinkFit(level, link, tuple(files), len(rows), beta_t, tuple(notes), ways)
     return fits

@@ -69,6 +69,7 @@ class ForecastSpec:
     nics_per_node: int
     exchange: Exchange
     algorithm: str
+    link_notes: tuple[str, ...] = ()  # where the links fitted on commbench files came from
 
 
 def _number(path: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
@@ -180,9 +181,8 @@ def _exchange(raw: Any) -> tuple[Exchange, str]:
     return Exchange(fusion_bytes, first, cycle, overlap), str(algorithm)
 
 
-def _from_commbench(raw: Any, base: Path | None) -> dict[str, Level]:
-    """Levels fitted on commbench files (calibration.levels_from_commbench); a level stated
-    beside them wins."""
+def _from_commbench(raw: Any, base: Path | None) -> dict[str, calibration.LinkFit]:
+    """Levels fitted on commbench files (calibration.levels_from_commbench)."""
     allowed = "a non-empty list of commbench files (paths relative to the prediction file)"
     if not isinstance(raw, list) or not raw or not all(isinstance(p, str) for p in raw):
         raise SpecError("links.from_commbench", f"{raw!r} is not {allowed}", allowed)
@@ -191,10 +191,9 @@ def _from_commbench(raw: Any, base: Path | None) -> dict[str, Level]:
         if not path.is_file():
             raise SpecError(f"links.from_commbench[{i}]", f"{str(path)!r} is not a file", allowed)
     try:
-        fits = calibration.levels_from_commbench(paths)
+        return {str(level): fit for level, fit in calibration.levels_from_commbench(paths).items()}
     except HpcbenchError as exc:
         raise SpecError("links.from_commbench", str(exc), "files of `hpcbench commbench -o FILE`") from None
-    return {level: Level(fit.link) for level, fit in fits.items()}
 
 
 def parse(text: str, base: Path | None = None) -> ForecastSpec:
@@ -212,7 +211,9 @@ def parse(text: str, base: Path | None = None) -> ForecastSpec:
     links = _mapping("links", raw.get("links", {}), ("intra", "inter", "nics_per_node", "from_commbench"))
     if "intra" not in links and "inter" not in links and "from_commbench" not in links:
         raise SpecError("links", "gives no link", "intra and/or inter, or from_commbench: [FILES]")
-    given = _from_commbench(links["from_commbench"], base) if "from_commbench" in links else {}
+    fitted = _from_commbench(links["from_commbench"], base) if "from_commbench" in links else {}
+    fitted = {name: fit for name, fit in fitted.items() if name not in links}  # a level stated beside them wins
+    given = {name: Level(fit.link) for name, fit in fitted.items()}
     given |= {name: _level(f"links.{name}", links[name]) for name in ("intra", "inter") if name in links}
     intra = given.get("intra", given.get("inter"))  # one level given: the same cost on both
     inter = given.get("inter", given.get("intra"))
@@ -223,7 +224,7 @@ def parse(text: str, base: Path | None = None) -> ForecastSpec:
         name=str(raw.get("name", label)), layers=layers, phases=phases, batch_size=batch,
         ranks_per_node=_count("ranks_per_node", raw.get("ranks_per_node", 1)), nodes=counts, intra=intra,
         inter=inter, nics_per_node=_count("links.nics_per_node", links.get("nics_per_node", 1)),
-        exchange=exchange, algorithm=algorithm,
+        exchange=exchange, algorithm=algorithm, link_notes=tuple(fit.describe() for fit in fitted.values()),
     )  # fmt: skip
 
 

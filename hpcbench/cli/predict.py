@@ -98,6 +98,8 @@ def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO) ->
         table = forecast.forecast(spec)
         print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node, "
               f"{spec.algorithm} all-reduce", file=out)  # fmt: skip
+        for note in spec.link_notes:
+            print(f"link {note}", file=out)
         print(_render(table, overlap_too=True), file=out)
     if csv is not None:
         write_text_atomic(csv, table.to_csv(index=False))

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import h5py
 import numpy as np
 import pandas as pd
 import pytest
@@ -92,6 +93,7 @@ def test_mixed_placements_are_named_and_left_out(tmp_path: Path, machine: dict[s
     fits = calibration.levels_from_commbench([*machine["inter"], mixed])
     assert set(fits) == {"inter"}
     assert any("mixed.h5" in note and "mixes both levels" in note for note in fits["inter"].notes)
+    assert "mixed.h5: 2 nodes × 2 ranks per node (mixes both levels): not used" in fits["inter"].describe()
     with pytest.raises(calibration.CalibrationError, match="neither all ranks on one node"):
         calibration.levels_from_commbench([mixed])
 
@@ -107,6 +109,14 @@ def test_predict_takes_the_commbench_files_as_its_links(tmp_path: Path, machine:
     spec = forecast_spec.load(str(spec_file))  # paths relative to the prediction file
     fits = calibration.levels_from_commbench(machine["intra"] + machine["inter"])
     assert spec.intra.link == fits["intra"].link and spec.inter.link == fits["inter"].link
+    # what each level was fitted on, and how, is said beside the table
+    intra, inter = spec.link_notes
+    assert intra.startswith("intra: α ") and "fitted on intra2.h5, intra4.h5 (10 rows" in intra
+    assert "Gbit/s per hop" in inter and "inter2.h5, inter4.h5, inter8.h5 (15 rows" in inter
+    rate = float(inter.split("β ")[1].split(" Gbit/s")[0])
+    assert rate == pytest.approx(8 / INTER.beta / 1e9, rel=0.05)  # 10 Gbit/s, through the fit
+    # the files name MPI but no library: costed as a ring, and said so
+    assert "costed as a ring (the file names no MPI library whose algorithms are known)" in inter
     table = forecast.forecast(spec)
     one, four = table["comm_total_s"].tolist()
     assert one == pytest.approx(ring_allreduce(8e6, 4, INTRA), rel=0.08)  # the known link, through the fit
@@ -114,8 +124,10 @@ def test_predict_takes_the_commbench_files_as_its_links(tmp_path: Path, machine:
     # a level stated beside the files wins over the fitted one
     raw["links"]["inter"] = {"bandwidth_gbps": 100, "latency_us": 1}
     spec_file.write_text(yaml.safe_dump(raw))
-    stated = forecast_spec.load(str(spec_file)).inter.link
+    stated_spec = forecast_spec.load(str(spec_file))
+    stated = stated_spec.inter.link
     assert stated is not None and stated.beta == pytest.approx(8e-11)
+    assert [note.split(":")[0] for note in stated_spec.link_notes] == ["intra"]  # the stated one is not a fit
 
 
 @pytest.mark.parametrize(
@@ -152,6 +164,7 @@ def test_a_file_that_names_open_mpi_is_fitted_with_its_algorithms(tmp_path: Path
     files = [fabricate(tmp_path / f"{p}.h5", [f"n{i}" for i in range(p)], INTER, 0.0, seed=p, cost=open_mpi_41,
                        mpi=OPEN_MPI) for p in (2, 4)]  # fmt: skip
     assert [calibration.rules(f) for f in files] == ["open-mpi-4.1"] * 2
+    assert calibration.costed_as(files[0]) == "open-mpi-4.1's algorithm for each size and rank count"
     fit = calibration.levels_from_commbench(files)["inter"]
     assert fit.link.alpha == pytest.approx(INTER.alpha, rel=1e-6)
     assert fit.link.beta == pytest.approx(INTER.beta, rel=1e-6)
@@ -161,12 +174,27 @@ def test_a_file_that_names_open_mpi_is_fitted_with_its_algorithms(tmp_path: Path
     assert abs(ring.alpha / INTER.alpha - 1) > 0.2
 
 
+@pytest.mark.parametrize(("backend", "words"), [("gloo", "a ring (gloo's all-reduce)"),
+                                                 ("nccl", "NCCL picks a ring or a tree")])  # fmt: skip
+def test_gloo_and_nccl_files_are_costed_as_a_ring_and_say_so(tmp_path: Path, backend: str, words: str) -> None:
+    files = [fabricate(tmp_path / f"{p}.h5", ["n0"] * p, INTRA, 0.0, seed=p) for p in (2, 4)]
+    for path in files:
+        with h5py.File(path, "a") as f:
+            f.attrs["backend"] = backend
+    fit = calibration.levels_from_commbench(files)["intra"]
+    assert fit.link.beta == pytest.approx(INTRA.beta, rel=1e-6)
+    assert words in calibration.costed_as(files[0])
+    assert fit.describe().endswith(f"all-reduce costed as {calibration.costed_as(files[0])})")
+    assert "β at over 1000 standard errors" in fit.describe()  # no noise: a perfect fit
+
+
 def test_a_forced_ring_is_fitted_as_a_ring(tmp_path: Path) -> None:
     forced = {**OPEN_MPI, "mpi_environment": json.dumps(
         {"OMPI_MCA_coll_tuned_use_dynamic_rules": "1", "OMPI_MCA_coll_tuned_allreduce_algorithm": "4"})}  # fmt: skip
     files = [fabricate(tmp_path / f"{p}.h5", [f"n{i}" for i in range(p)], INTER, 0.0, seed=p, mpi=forced)
              for p in (2, 4)]  # fmt: skip
     assert calibration.rules(files[0]) == "forced:ring"
+    assert calibration.costed_as(files[0]) == "ring (forced by the file's MPI settings)"
     fit = calibration.levels_from_commbench(files)["inter"]
     assert fit.link.alpha == pytest.approx(INTER.alpha, rel=1e-6)
     assert fit.link.beta == pytest.approx(INTER.beta, rel=1e-6)
