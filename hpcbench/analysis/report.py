@@ -57,6 +57,7 @@ SEED002 = [
     Column("cpu_total", "CPU total %", _num(2)),
     Column("rank_cpus", "CPUs per rank", _num(2)),
     Column("cpu_wait", "loop waited for a CPU %", _num(1, 100)),  # run-queue wait, not iowait
+    Column("work_wait", "threads waited for a CPU, by their work %", _num(1, 100)),
     Column("helper_cpus", "CPUs of the ranks' child processes", _num(2)),
     Column("other_cpus", "CPUs of other processes", _num(2)),
     Column("cpu_steal", "CPU steal %", _num(1)),

@@ -19,6 +19,13 @@ t_iter it says whether the loop is what computes (about equal), polls in the exc
 (more) or waits for a framework's own threads or processes (less). NaN without such
 samples (older files, no schedstat).
 
+`work_wait` is the run-queue wait share of a rank's threads over the same window, each
+thread weighted by its time on a CPU (schema 7; the window's closing sample reads it since the
+opening one), mean over ranks: the wait of the threads that did the work, whichever they
+were. Where the loop computes it is about `cpu_wait`; where a framework computes on its own
+threads it is theirs. A thread that only wakes to hand data on (gloo's, gRPC's) counts by
+the little it runs, however long it waited to. NaN in older files.
+
 `helper_cpus` is what the ranks' own descendant processes ran on over the same window (a
 parameter-server backend's servers, a framework's compute process; schema 6): per host, the
 sum over its ranks of Δ`child_run_ns` / Δt, mean over hosts. It is part of what was measured.
@@ -45,14 +52,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from hpcbench.store.reader import PointData
-from hpcbench.store.schema import CHILD_RUN, SCHED_COLUMNS
+from hpcbench.store.schema import CHILD_RUN, SCHED_COLUMNS, WORK_WAIT
 
 MIB = float(2**20)
 
 RESOURCE_COLUMNS = [
     "cpu_user", "cpu_system", "cpu_iowait", "cpu_total", "mem_avg_mib", "mem_max_mib",
-    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable", "helper_cpus",
-    "other_cpus", "cpu_steal",
+    "gpu_util", "gpu_mem_max_mib", "gpu_power_w", "rank_cpus", "cpu_wait", "loop_runnable", "work_wait",
+    "helper_cpus", "other_cpus", "cpu_steal",
 ]  # fmt: skip
 OTHER_CPUS_SEEN = 0.25  # other processes' CPUs from which a point visibly shared its host
 STEAL_SEEN = 5.0  # percent of the node's CPU time stolen from which a point was visibly slowed
@@ -120,12 +127,20 @@ def _child_cpus(a: np.void, b: np.void) -> float:
     return run / 1e9 / span if ok else float("nan")
 
 
+def _work_wait(a: np.void, b: np.void) -> float:
+    """The window's run-queue wait share of the threads that did the work: what its closing
+    sample read since its opening one (schema 7; NaN before, or not measured)."""
+    if WORK_WAIT not in (b.dtype.names or ()):
+        return float("nan")
+    return float(b[WORK_WAIT])
+
+
 def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
     share of the window its loop was runnable, the busy share of its node's CPU time over the
     window, CPUs its descendant processes ran on, the stolen share of its node's CPU time over
-    the window], NaN where not measured."""
-    out = np.full((iterations.shape[0], 6), np.nan)
+    the window, its threads' wait share weighted by their work], NaN where not measured."""
+    out = np.full((iterations.shape[0], 7), np.nan)
     if len(resources) and set(SCHED_COLUMNS) <= set(resources.dtype.names or ()):
         by_rank = resources[np.lexsort((resources["t"], resources["rank"]))]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
@@ -137,6 +152,7 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
                 out[r, 3] = _node_share(samples, *window, "cpu_user", "cpu_system")
                 out[r, 4] = _child_cpus(*window)
                 out[r, 5] = _node_share(samples, *window, "cpu_steal")
+                out[r, 6] = _work_wait(*window)
     return out
 
 
@@ -168,7 +184,7 @@ def sched_row(
         helper = float("nan")  # not measured: the descendants are in other_cpus
     return {
         "rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2]),
-        "helper_cpus": helper, "other_cpus": other,
+        "work_wait": _mean(use[:, 6]), "helper_cpus": helper, "other_cpus": other,
     }  # fmt: skip
 
 

@@ -58,7 +58,11 @@ import numpy as np
 #                       Readers treat the columns as absent in older files. sched_run_ns is the
 #                       process's CPU clock (ended threads included); sched_wait_ns and
 #                       child_run_ns are -1 in the sampler thread's periodic samples.
-SCHEMA_VERSION = 6
+#   7 (hpcbench 0.7.0): resources.work_wait (the run-queue wait share of the rank's threads, each
+#                       weighted by its time on a CPU, since the sample before that read every
+#                       thread): the wait of the threads that did the work, where a framework
+#                       computes on its own threads. Readers treat it as absent in older files.
+SCHEMA_VERSION = 7
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -123,10 +127,15 @@ RESOURCE_DTYPE = np.dtype(
         ("main_wait_ns", "<i8"),
         # the rank's descendant processes (all their threads), cumulative time on a CPU
         ("child_run_ns", "<i8"),
+        # the run-queue wait share of the rank's threads since the previous sample that read
+        # every thread: Σ run_i · wait_i / (run_i + wait_i) / Σ run_i over the threads alive at
+        # both (their differences); NaN in the periodic samples, the first one, or no run
+        ("work_wait", "<f4"),
     ]
 )
 SCHED_COLUMNS = ("sched_run_ns", "sched_wait_ns", "main_run_ns", "main_wait_ns")  # absent before schema 5
 CHILD_RUN = "child_run_ns"  # absent before schema 6, like cpu_steal
+WORK_WAIT = "work_wait"  # absent before schema 7
 
 # One row per evaluation of a rank on its shard of the held-out data (after every epoch, or
 # once after training). The point's accuracy at an evaluation is sum(correct) / sum(total)

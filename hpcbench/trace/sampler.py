@@ -37,13 +37,19 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
   built the sampler (the rank's training loop), from its ``schedstat``. Their differences
   between two rows say how many CPUs the rank ran on and what share of the time its loop
   wanted a CPU it waited for one (the cost of CPU contention).
+- ``work_wait``: the run-queue wait share of the rank's threads since the previous sample
+  that read every thread, each thread weighted by its time on a CPU (`work_wait`): the wait
+  of the threads that did the work, whichever they were (a framework's own pool, the loop),
+  where ``sched_wait_ns`` also counts the waits of threads that only woke to hand data on
+  (gloo's: on a busy host each wake-up waits for a CPU, though it hardly runs). NaN in the
+  periodic samples and the first sample.
 - ``child_run_ns``: the time on a CPU of the rank's descendant processes (every thread of
   each), ns, cumulative over the ones alive at the sample: the servers a parameter-server
   backend starts, a framework's compute process. They belong to the job, not to the
   other work that shared its host. A child that ends takes its counts with it, as a thread
   does.
 
-``sched_wait_ns`` and ``child_run_ns`` are read in the samples the rank's own thread takes
+``sched_wait_ns``, ``work_wait`` and ``child_run_ns`` are read in the samples the rank's own thread takes
 (`start`, `sample_now`: when warm-up ends and when the timed loop ends, `stop`), and are -1
 in the thread's periodic ones: they read a file per thread or per process (the descendants
 are found by a scan of the process table). Every read releases Python's interpreter lock,
@@ -81,7 +87,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from hpcbench.store.schema import CHILD_RUN, RESOURCE_DTYPE, SCHED_COLUMNS
+from hpcbench.store.schema import CHILD_RUN, RESOURCE_DTYPE, SCHED_COLUMNS, WORK_WAIT
 
 _CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal")
 _GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
@@ -123,22 +129,41 @@ def read_schedstat(path: str) -> tuple[int, int]:
         return _split_schedstat(f.read())
 
 
-def sum_schedstat(tasks: Path) -> tuple[int, int]:
-    """(run ns, run-queue wait ns) summed over the threads under `tasks` (/proc/PID/task):
-    the first two fields of each thread's `schedstat`. A thread that ends while it is read is
-    left out; no thread at all raises OSError."""
-    run = wait = seen = 0
+def thread_schedstats(tasks: Path) -> dict[str, tuple[int, int]]:
+    """{thread id: (run ns, run-queue wait ns)} of every thread under `tasks` (/proc/PID/task):
+    the first two fields of its `schedstat`. A thread that ends while it is read is left out;
+    no thread at all raises OSError."""
+    out: dict[str, tuple[int, int]] = {}
     for task in os.scandir(tasks):
         try:
-            r, w = read_schedstat(os.path.join(task.path, "schedstat"))
+            out[task.name] = read_schedstat(os.path.join(task.path, "schedstat"))
         except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
-        run += r
-        wait += w
-        seen += 1
-    if not seen:
+    if not out:
         raise OSError(f"no thread schedstat under {tasks}")
-    return run, wait
+    return out
+
+
+def sum_schedstat(tasks: Path) -> tuple[int, int]:
+    """(run ns, run-queue wait ns) summed over the threads under `tasks` (`thread_schedstats`)."""
+    counts = thread_schedstats(tasks).values()
+    return sum(r for r, _ in counts), sum(w for _, w in counts)
+
+
+def work_wait(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> float:
+    """The run-queue wait share of the threads between two `thread_schedstats`, each thread
+    weighted by its time on a CPU: Σ Δrun·Δwait / (Δrun + Δwait) / Σ Δrun over the threads in
+    both. A thread that did the work counts as its share of it; one that woke briefly, however
+    long it waited to, hardly at all. NaN where no such thread ran."""
+    weighted = ran = 0.0
+    for tid, (run, wait) in after.items():
+        if tid not in before:
+            continue
+        d_run, d_wait = run - before[tid][0], wait - before[tid][1]
+        if d_run > 0 and d_wait >= 0:
+            weighted += d_run * d_wait / (d_run + d_wait)
+            ran += d_run
+    return weighted / ran if ran > 0 else math.nan
 
 
 class Sampler:
@@ -308,6 +333,7 @@ class Sampler:
 
     def _open_sched(self, root: str) -> None:
         self._sched_root: Path | None = None
+        self._threads: dict[str, tuple[int, int]] | None = None  # at the last thorough sample (work_wait)
         self._main_fd = -1
         self._set_source("children", "absent: no schedstat")
         main = os.path.join(root, str(threading.get_native_id()), "schedstat")
@@ -408,13 +434,18 @@ class Sampler:
     def _read_sched(self, row: Any, thorough: bool) -> None:
         for column in SCHED_COLUMNS:
             row[column] = -1
+        row[WORK_WAIT] = math.nan
         if self._sched_root is None or self._main_fd < 0:  # no schedstat, or stopped
             return
         try:
             row["sched_run_ns"] = time.process_time_ns()
             row["main_run_ns"], row["main_wait_ns"] = _split_schedstat(os.pread(self._main_fd, 256, 0))
             if thorough:
-                row["sched_wait_ns"] = sum_schedstat(self._sched_root)[1]
+                threads = thread_schedstats(self._sched_root)
+                row["sched_wait_ns"] = sum(w for _, w in threads.values())
+                if self._threads is not None:
+                    row[WORK_WAIT] = work_wait(self._threads, threads)
+                self._threads = threads
         except (OSError, ValueError, IndexError) as exc:  # the main thread ended: counts unknown
             self._note_error("sched", exc)
 

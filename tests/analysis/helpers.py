@@ -61,12 +61,13 @@ def _no_sources(n: int) -> np.ndarray:
 
 def sched_rows(
     ranks: int, t_open: float, t_close: float, wait: float, cpus: float = 1.0, runnable: float = 1.0,
-    node_busy: float = 0.5, children: float = 0.0,
+    node_busy: float = 0.5, children: float = 0.0, work_wait: float | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Two samples per rank around its timed window (t_open, t_close) whose schedstat counters
     say: the process ran on `cpus` CPUs, its main thread was runnable a share `runnable` of
     the window and waited a share `wait` of that for a CPU, its descendant processes ran on
-    `children` CPUs; the node's CPU time was busy a share `node_busy` (user time), none stolen."""
+    `children` CPUs; the node's CPU time was busy a share `node_busy` (user time), none stolen;
+    with `work_wait`, the closing sample's (its threads' wait weighted by their work)."""
     out = _no_sources(2 * ranks)
     span = t_close - t_open
     for r in range(ranks):
@@ -78,6 +79,8 @@ def sched_rows(
             row["sched_run_ns"], row["sched_wait_ns"] = int(1e9 * scale * span * cpus), 0
             row["main_run_ns"], row["main_wait_ns"] = int(1e9 * busy * (1 - wait)), int(1e9 * busy * wait)
             row["child_run_ns"] = int(1e9 * scale * span * children)
+            if work_wait is not None and k == 1:
+                row["work_wait"] = work_wait
     return out
 
 

@@ -24,6 +24,12 @@ def test_cpus_and_wait_share_over_the_timed_window() -> None:
     assert use["rank_cpus"] == pytest.approx(1.6, rel=1e-6)
     assert use["cpu_wait"] == pytest.approx(0.25, rel=1e-6)
     assert use["loop_runnable"] == pytest.approx(0.8, rel=1e-6)
+    assert math.isnan(use["work_wait"])  # not read: the samples hold none
+    # the wait of the threads that did the work: the window's closing sample's, mean over ranks
+    worked = sched_rows(2, 1.5, 11.4, wait=0.25, work_wait=0.4)
+    worked[3]["work_wait"] = 0.6
+    assert resources.sched_row(worked, it)["work_wait"] == pytest.approx(0.5, rel=1e-6)
+    assert math.isnan(resources.sched_row(without(worked, "work_wait"), it)["work_wait"])  # before schema 7
 
 
 def test_unknown_when_counters_go_back_or_are_absent() -> None:
@@ -35,7 +41,7 @@ def test_unknown_when_counters_go_back_or_are_absent() -> None:
     rows["main_run_ns"] = -1  # no schedstat
     assert math.isnan(resources.sched_row(rows, it)["cpu_wait"])
     # a file from before schema 5 has no such columns; no sample at the window's start: unknown too
-    old = without(np.zeros(2, dtype=RESOURCE_DTYPE), *SCHED_COLUMNS, "child_run_ns", "cpu_steal")
+    old = without(np.zeros(2, dtype=RESOURCE_DTYPE), *SCHED_COLUMNS, "child_run_ns", "cpu_steal", "work_wait")
     assert all(math.isnan(v) for v in resources.sched_row(old, it).values())
     late = sched_rows(1, 1.5, 5.5, wait=0.1)  # opens after the first timed iteration began
     assert all(math.isnan(v) for v in resources.sched_row(late, it).values())

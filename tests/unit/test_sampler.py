@@ -16,7 +16,7 @@ import pytest
 
 from hpcbench.store.schema import RESOURCE_DTYPE
 from hpcbench.trace.recorder import clock_offset_ns
-from hpcbench.trace.sampler import Sampler
+from hpcbench.trace.sampler import Sampler, work_wait
 
 NO_IB = "/nonexistent/sys/class/infiniband"
 
@@ -424,3 +424,53 @@ def test_the_proc_readers_read_what_psutil_reads(samplers: list[Sampler], clock:
     s.sample_now()
     (*_, last) = s.drain()
     assert math.isnan(last["cpu_user"]) and last["rss_bytes"] == -1 and last["sched_run_ns"] == -1
+
+
+def test_work_wait_weighs_each_thread_by_its_work() -> None:
+    """A compute thread that ran 0.9 s and waited as long (½), beside a thread that only
+    woke to hand data on (ran 10 ms, waited 990 ms for it): the threads that did the work
+    waited half their runnable time, though the process's threads together waited 2/3."""
+    before = {"1": (100, 100), "2": (5, 5), "4": (7, 7)}
+    after = {"1": (100 + 900, 100 + 900), "2": (5 + 10, 5 + 990), "3": (50, 50), "4": (7, 7)}
+    # thread 3 started meanwhile (no difference to take), thread 4 did not run
+    expected = (900 * 0.5 + 10 * 990 / 1000) / 910
+    assert work_wait(before, after) == pytest.approx(expected)
+    assert work_wait(before, after) < 0.51 < 1890 / 2800
+    assert math.isnan(work_wait(before, {"4": (7, 7)})) and math.isnan(work_wait({}, after))
+
+
+HOG = """
+import time
+print("spinning", flush=True)
+end = time.perf_counter() + 20  # killed long before
+while time.perf_counter() < end:
+    pass
+"""
+
+
+def test_a_thread_beside_more_busy_processes_than_cpus_waits_for_one(
+    samplers: list[Sampler], clock: tuple[int, int]
+) -> None:
+    """The main thread spins 0.5 s beside 2 processes per CPU that spin too: 2C + 1 loads on
+    C CPUs leave each about C / (2C + 1) of a CPU, so the threads that worked (the main one)
+    waited about half their runnable time, whatever the other load; the samples the thread
+    takes, and the first one, have nothing to read it from."""
+    s = make(samplers, clock, period_s=0.05)
+    hogs = [subprocess.Popen([sys.executable, "-c", HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            for _ in range(2 * (os.cpu_count() or 1))]  # fmt: skip
+    try:
+        for hog in hogs:
+            assert hog.stdout is not None and hog.stdout.readline() == b"spinning\n"
+        s.start()
+        busy(0.5)
+        s.sample_now()
+        s.stop()
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    rows = s.drain()
+    thorough = rows[rows["sched_wait_ns"] >= 0]
+    assert math.isnan(float(thorough["work_wait"][0]))  # nothing before it
+    assert float(thorough["work_wait"][1]) > 0.25, thorough["work_wait"]
+    assert np.isnan(rows["work_wait"][rows["sched_wait_ns"] < 0]).all()  # the thread's periodic samples

@@ -69,6 +69,7 @@ MESSAGES = (
     Column("t_end_ns", pa.int64(), "ns", f"completion seen, {_SINCE_EPOCH}", "delta"),
 )
 
+WORK_WAIT_MEANING = "its threads' run-queue wait share since the sample before that read them all, by CPU time"
 RESOURCES = (
     POINT,
     RANK,
@@ -89,6 +90,7 @@ RESOURCES = (
     Column("main_run_ns", pa.int64(), "ns", "CPU time of the rank's main thread, cumulative; null without", "delta"),
     Column("main_wait_ns", pa.int64(), "ns", "its run-queue wait for a CPU, cumulative; null without", "delta"),
     Column("child_run_ns", pa.int64(), "ns", "CPU time of the rank's descendants, cumulative; null without", "delta"),
+    Column("work_wait", pa.float32(), "fraction", WORK_WAIT_MEANING, "split"),
 )
 
 EVALUATIONS = (
@@ -174,11 +176,14 @@ def resource_chunks(p: PointData) -> Iterator[Any]:
     for i in range(0, len(p.resources), CHUNK_ROWS):
         rows = p.resources[i : i + CHUNK_ROWS]
         arrays = {"point": constant(p.point_id, len(rows)), "rank": ints(rows["rank"]), "t_ns": nanoseconds(rows["t"])}
-        present = rows.dtype.names or ()  # the schedstat columns are absent before schema 5, the rest before 6
+        present = rows.dtype.names or ()  # absent: schedstat before schema 5, steal and children 6, work_wait 7
         for name in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util"):
             arrays[f"{name}_pct"] = floats(rows[name] if name in present else np.full(len(rows), np.nan, np.float32))
         for name in ("gpu_power_w", "gpu_sm_clock_mhz"):
             arrays[name] = floats(rows[name])
+        arrays[schema.WORK_WAIT] = floats(
+            rows[schema.WORK_WAIT] if schema.WORK_WAIT in present else np.full(len(rows), np.nan, np.float32)
+        )
         counters = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS, schema.CHILD_RUN)
         for name in counters:
             arrays[name] = counter(rows[name] if name in present else np.full(len(rows), -1))

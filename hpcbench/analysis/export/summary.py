@@ -32,7 +32,7 @@ UNITS = {
     "train_time_s": "s", "test_time_s": "s", "time_to_best_s": "s", "time_to_target_s": "s",
     "cpu_user": "%", "cpu_system": "%", "cpu_iowait": "%", "cpu_total": "%", "mem_avg_mib": "MiB",
     "mem_max_mib": "MiB", "gpu_util": "%", "gpu_mem_max_mib": "MiB", "gpu_power_w": "W", "rank_cpus": "CPUs",
-    "cpu_wait": "fraction", "loop_runnable": "fraction", "helper_cpus": "CPUs",
+    "cpu_wait": "fraction", "loop_runnable": "fraction", "work_wait": "fraction", "helper_cpus": "CPUs",
     "other_cpus": "CPUs", "cpu_steal": "%",
     "accuracy": "fraction", "best_accuracy": "fraction", "efficiency": "fraction", "comm_share": "fraction",
     "comm_union_share": "fraction", "comm_exposed_share": "fraction", "overlap": "fraction", "cv": "fraction",
