@@ -51,7 +51,7 @@ Every rank runs its own `Sampler`: a daemon thread that wakes at a fixed period 
 
 ``sched_wait_ns``, ``work_wait`` and ``child_run_ns`` are read in the samples the rank's own thread takes
 (`start`, `sample_now`: when warm-up ends and when the timed loop ends, `stop`), and are -1
-in the thread's periodic ones: they read a file per thread or per process (the descendants
+(``work_wait`` NaN) in the thread's periodic ones: they read a file per thread or per process (the descendants
 are found by a scan of the process table). Every read releases Python's interpreter lock,
 and a sampler thread beside a loop that holds the lock waits up to the interpreter's switch
 interval (5 ms) to take it back after each one. So the periodic samples read three files,

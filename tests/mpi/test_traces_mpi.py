@@ -86,8 +86,12 @@ def test_resource_samples_are_plausible_and_on_the_iteration_clock(
         # the threads' waits and the descendants are read in the window's edge samples, which the loop takes
         edges = resources.rank_window(mine, it)
         assert edges is not None and all(edge["sched_wait_ns"] >= 0 and edge["child_run_ns"] == 0 for edge in edges)
+        # the wait of the threads that worked, over the window: read at its closing edge, not
+        # in the thread's periodic samples
+        assert 0 <= float(edges[1]["work_wait"]) < 1
+        assert np.isnan(mine["work_wait"][mine["sched_wait_ns"] < 0]).all()
     use = resources.sched_row(res, data.iterations)
-    assert 0 < use["rank_cpus"] <= 2.5 and 0 <= use["cpu_wait"] < 1
+    assert 0 < use["rank_cpus"] <= 2.5 and 0 <= use["cpu_wait"] < 1 and 0 <= use["work_wait"] < 1
 
 
 PHASE_S = {"data_s": 0.010, "h2d_s": 0.004, "forward_s": 0.020, "backward_s": 0.030, "update_s": 0.006}
