@@ -8,6 +8,13 @@ import h5py
 
 from hpcbench.store import schema
 
+CREATING_SUFFIX = ".new"
+
+
+def creating(path: Path) -> Path:
+    """Where the point file for `path` is made (store.writer), until its layout is on disk."""
+    return path.with_name(path.name + CREATING_SUFFIX)
+
 
 def result_status(path: Path) -> str | None:
     """The status attribute of a result file; None if there is no readable file."""
@@ -30,7 +37,10 @@ def stop_reason(path: Path) -> str:
 
 
 def mark_failed(path: Path, reason: str) -> None:
-    """Record the failure in the result file too, if one was left behind."""
+    """Record the failure in the result file too, if one was left behind, and remove a file
+    the ranks were still making (`creating(path)`): it was never published, so no
+    iteration was timed into it, and nothing reads it."""
+    creating(path).unlink(missing_ok=True)
     try:
         with h5py.File(path, "r+") as f:
             f.attrs["status"] = schema.STATUS_FAILED

@@ -30,6 +30,7 @@ import numpy as np
 from hpcbench.errors import HpcbenchError
 from hpcbench.rank.collectives import Comm
 from hpcbench.store import schema
+from hpcbench.store.status import creating
 
 
 @dataclass
@@ -42,7 +43,6 @@ class FileMeta:
 
 
 TABLE_CHUNK_ROWS = 4096
-CREATING_SUFFIX = ".new"
 Tables = Mapping[str, np.ndarray]  # schema.TABLES name -> this rank's new rows
 
 
@@ -94,11 +94,6 @@ def _create_layout(f: h5py.File, meta: FileMeta, n_ranks: int, n_iterations: int
     f.create_dataset(schema.ITERATIONS, shape=(n_ranks, n_iterations), dtype=schema.ITERATION_DTYPE, dcpl=dcpl)
     for name, dtype in schema.TABLES.items():
         f.create_dataset(name, shape=(0,), maxshape=(None,), chunks=(TABLE_CHUNK_ROWS,), dtype=dtype)
-
-
-def creating(path: Path) -> Path:
-    """Where the point file for `path` is made, until its layout is on disk."""
-    return path.with_name(path.name + CREATING_SUFFIX)
 
 
 def _publish(path: Path, comm: Comm) -> None:

@@ -8,7 +8,7 @@
     SWEEP_DIR/logs/<id>.log          launcher output of every attempt, appended
     SWEEP_DIR/<id>.h5                the point's result, written by all its ranks
     SWEEP_DIR/<id>.attempt<N>.h5     an earlier, incomplete attempt, kept aside (never deleted)
-    SWEEP_DIR/<id>.h5.new            the point's file being made (store.writer.creating)
+    SWEEP_DIR/<id>.h5.new            the point's file being made (store.status.creating)
     SWEEP_DIR/<executor>/            what an executor keeps (Slurm: scripts and job logs)
     SWEEP_DIR/summary.csv, report.*  what the analysis writes
 

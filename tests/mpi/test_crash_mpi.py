@@ -66,6 +66,7 @@ def test_random_sigkill_never_loses_a_flushed_iteration(
     assert f"see {out / entry.log}" in entry.reason or entry.log in entry.reason
     assert (out / entry.log).exists()
     result = out / entry.result
+    assert not result.with_name(result.name + ".new").exists()  # a file killed while made is not left
     if result.exists():  # none if the kill came before the ranks created it
         check_flushed_rows(result, 2)
 
