@@ -47,6 +47,12 @@ def _rank_row(renv: rankenv.RankEnv, offset: int) -> np.ndarray:
     return np.array((renv.rank, renv.local_rank, renv.node_rank, os.getpid(), offset, host), dtype=schema.RANK_DTYPE)
 
 
+def _most(counts: list[int | None]) -> int | None:
+    """The largest of the ranks' counts; None where no rank knew its own."""
+    known = [c for c in counts if c is not None]
+    return max(known) if known else None
+
+
 def _meta(run: RunFile, renv: rankenv.RankEnv, hosts: list[str], extra: dict[str, Any], epoch_ns: int) -> FileMeta:
     """The file's metadata, built on rank 0 and broadcast: parallel HDF5 wants it identical."""
     point = run.point
@@ -179,13 +185,17 @@ class PointRun:
         epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
         gpu = renv.local_rank if point.device == "cuda" else None
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
-        extra = {
+        extra: dict[str, Any] = {
             **framework.versions(),
             "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/fit.py)
             "writer": kind,
             # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
             "resource_sources": comm.allgather(self.sampler.sources),
         }
+        # the threads a rank computes on (analysis/contention.py): the most any rank took
+        threads = _most(comm.allgather(framework.compute_threads(point)))
+        if threads is not None:
+            extra["compute_threads"] = threads
         meta = comm.bcast(_meta(self.spec, renv, hosts, extra, epoch) if comm.rank == 0 else None)
         self.out = out = self.sweep_dir.result(point.id)
         if _complete_already(out, comm):  # a requeued job whose first run finished

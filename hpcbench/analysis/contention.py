@@ -1,7 +1,8 @@
 """CPU contention: a rank's compute time follows the cores it really has.
 
-k ranks on a host of C cores, each with t threads (intra-op / BLAS), share the cores: when
-k·t > C the threads take turns and a rank's compute slows by
+k ranks on a host of C cores, each with t threads (intra-op / BLAS: what the rank computed
+on, the provenance's `compute_threads` where its framework says, else the point's
+`threads`), share the cores: when k·t > C the threads take turns and a rank's compute slows by
 
     oversubscription(k, t, C) = max(1, k·t / C)
 
@@ -174,6 +175,12 @@ def effective_cores_from_wait(a: Placement, wait: float) -> float | None:
 
 
 def _threads(p: PointData) -> int:
+    """The threads each rank computed on: what the framework said it took (the provenance's
+    `compute_threads`: JAX takes a thread per CPU whatever `threads` says), else the point's
+    `threads`, else OMP_NUM_THREADS, else 1."""
+    taken = p.provenance.get("compute_threads")
+    if type(taken) is int and taken > 0:
+        return taken
     if p.point.threads is not None:
         return p.point.threads
     environment = p.provenance.get("environment", {})

@@ -114,6 +114,13 @@ class Framework(ABC):
         """Library versions and settings for the provenance record."""
         return {}
 
+    def compute_threads(self, point: Point) -> int | None:
+        """Threads each rank computes on, for the provenance's `compute_threads` (the model's
+        CPU contention counts them, analysis/contention.py): the point's `threads`, which the
+        framework heeds (None: its default, not known here). A framework whose runtime takes
+        another count whatever `threads` says returns the count it takes."""
+        return point.threads
+
     def comm_end(self) -> str:
         """What a message's recorded end is, for the provenance's `comm_end`: "completion"
         (the moment the backend completed it: a callback, an in-graph stamp, a blocking

@@ -55,6 +55,8 @@ def check_exchange(data: PointData, iterations: int) -> None:
     assert prov["jax"] == "0.10.2" and prov["jax_devices"] == str(point.ranks)
     assert prov["jax_exchange"] == point.backend
     assert prov["comm_end"] == "wait"
+    # XLA computes on a thread per CPU whatever `threads` says: the count the model is given
+    assert prov["compute_threads"] == len(os.sched_getaffinity(0)) and point.threads == 1
 
 
 def check_cell(data: PointData) -> None:

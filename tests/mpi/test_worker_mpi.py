@@ -39,6 +39,8 @@ def check_point_file(data: PointData, ranks: int, iterations: int, warmup: int) 
     assert (np.diff(it["t_start"], axis=1) > 0).all()
     assert data.provenance["hostnames"] and len(data.provenance["hostnames"]) == ranks
     assert data.provenance["torch"].startswith("2.")
+    # torch heeds `threads`: the threads the model counts are the point's (none said: absent)
+    assert data.provenance.get("compute_threads") == data.point.threads
     assert data.attrs["spec"].startswith("executor: local") or "name:" in data.attrs["spec"]
 
 

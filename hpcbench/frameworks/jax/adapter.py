@@ -27,7 +27,9 @@ JAX dispatches asynchronously: a phase ends when its results are ready (the step
 them there, before dispatching the next phase, which needs them anyway). Gradients all
 come out of one backward program, so backward and communication do not overlap.
 `threads: 1` sets `--xla_cpu_multi_thread_eigen=false` (`XLA_FLAGS`, recorded), which JAX
-0.10's CPU runtime no longer heeds (it computes on a thread per CPU; `rank_cpus` shows it).
+0.10's CPU runtime no longer heeds: it computes on a thread per CPU the process may run on
+(`rank_cpus` shows it), and says so in the provenance's `compute_threads`, which the
+model's CPU contention counts.
 
 jax is imported only inside methods (with `layers.py` and `exchange.py`, which need it):
 this module is registered in interpreters without it.
@@ -228,6 +230,11 @@ class JaxFramework(Framework):
         if collectives is not None:
             out["jax_cpu_collectives"] = str(collectives)
         return out
+
+    def compute_threads(self, point: Point) -> int:
+        """XLA's CPU client sizes its intra-op pool by the CPUs the process may run on,
+        whatever `threads` and `--xla_cpu_multi_thread_eigen` say."""
+        return len(os.sched_getaffinity(0))
 
     def comm_end(self) -> str:
         return schema.COMM_END_WAIT  # a message ends when its result is seen ready, waited for in dispatch order
