@@ -23,6 +23,10 @@ size) and seed. Its calibration:
   the exchange's first ring waits half a scheduler slice per step for its threads (a
   CPU-driven ring waits for peers to be scheduled), so the link is fitted per unit of
   oversubscription, that wait taken out.
+- whether the backend's messages progress beside backward: not where its gradients go
+  through MPI_Allreduce (`MPI_EXCHANGES`): a blocking call after backward, or a non-blocking
+  one that MPI progresses only inside MPI calls (no progress thread: measured,
+  benchmarks/mpi_progress.py), so that its service begins with the wait after backward;
 - the exchange a single rank still runs (its backend's all-reduce over one rank: the wait
   for its hooks, its buckets' copies): the exchange phase of a one-rank calibration point,
   predicted at one rank only (from two ranks on, the messages the link was fitted on
@@ -102,6 +106,7 @@ class Calibration:
     sync_ranks: int = 0
     sync_shared: Sharing | None = None  # how the measured points shared the CPUs (None: they did not)
     local_exchange: float = 0.0  # the exchange phase of a one-rank calibration point (model.predict_iteration)
+    overlaps: bool = True  # its messages progress beside backward (not through MPI_Allreduce: MPI_EXCHANGES)
 
     def on(self, where: Placement) -> Placement:
         """`where` with the host's effective cores in place of its CPU count, when fitted."""
@@ -212,7 +217,12 @@ class Derived:
         return self._costs[p.point_id]
 
 
-MPI_EXCHANGES = frozenset({"mpi", "naive"})  # backends whose gradients go through MPI_Allreduce
+# Backends whose gradients go through MPI_Allreduce from the training loop's thread: blocking
+# after backward (Chainer, Theano, Caffe, CNTK), or non-blocking from backward's hooks (torch
+# `mpi`, through mpi4py), which MPI progresses only inside MPI calls (Open MPI has no progress
+# thread): either way a message is served once backward is over. (Horovod's background thread
+# runs its all-reduces beside backward.)
+MPI_EXCHANGES = frozenset({"mpi", "naive"})
 
 
 def mpi_rules_of(p: PointData) -> str:
@@ -358,6 +368,7 @@ def calibrate(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
         derived.measured_placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
         mpi_rules_of(base), local_exchange=alone if math.isfinite(alone) else 0.0,
+        overlaps=base.point.backend not in MPI_EXCHANGES,
     )  # fmt: skip
     return _with_sync_wait(cal, order, stats, derived)
 
@@ -399,7 +410,8 @@ def predict_point(
     cal: Calibration, ranks: int, batch_size: int, overlap: bool, placement: Placement | None = None
 ) -> IterationPrediction:
     """The calibrated configuration at `ranks` ranks and `batch_size` per rank, its ranks
-    placed as `placement` (default: as the calibration point's)."""
+    placed as `placement` (default: as the calibration point's); `overlap`: wait-free
+    back-propagation, where the backend's messages progress beside backward (`overlaps`)."""
     host = placement or cal.placement
     where = cal.on(host)
     shared = compute_scale(cal.on(cal.placement), where, cal.phi) if cal.cpu else 1.0
@@ -420,8 +432,9 @@ def predict_point(
     carried = cal.sync > 0 and (cal.sync_shared is None or sharing(cal, host) == cal.sync_shared)
     sync = cal.sync * skew.growth(cal.sync_ranks, ranks) if carried else 0.0
     return predict_iteration(
-        phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap, overhead=cal.overhead,
-        exchange_wait=wait, message_cost=cost, sync_wait=sync, local_exchange=cal.local_exchange * shared,
+        phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap and cal.overlaps,
+        overhead=cal.overhead, exchange_wait=wait, message_cost=cost, sync_wait=sync,
+        local_exchange=cal.local_exchange * shared,
     )  # fmt: skip
 
 

@@ -123,13 +123,14 @@ DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
 
 
 def hand_schedule(
-    n: int, oversub: float = 1.0, wait: float = 0.0, steps: float | None = None
+    n: int, oversub: float = 1.0, wait: float = 0.0, steps: float | None = None, overlap: bool = True
 ) -> tuple[float, float, tuple[float, float], float]:
     """(exposed comm, total comm, (tc1, tc2), the iteration's scheduling wait) at n ranks,
     worked out by hand for two layers; `oversub` > 1: the ranks time-share their cores
     (backward and every hop that much slower, and the exchange waits `wait` at each of a
     ring's 2(n − 1) steps, once per iteration, fully exposed); `steps`: an all-reduce of that
-    many α steps in place of the ring's 2(n − 1), with the ring's bytes."""
+    many α steps in place of the ring's 2(n − 1), with the ring's bytes; without `overlap`
+    both messages are served once backward is over (an exchange through MPI_Allreduce)."""
     if n == 1:
         return 0.0, 0.0, (0.0, 0.0), 0.0
     alpha, beta = ALPHA * oversub, BETA * oversub
@@ -137,7 +138,7 @@ def hand_schedule(
     a = (2 * (n - 1) if steps is None else steps) * alpha
     b = 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
     tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
-    tau_c1 = max(tb[1] + tc2, tb[1] + tb[0])  # τc[2] = τb[2] + tb[2] = tb[2]
+    tau_c1 = max(tb[1] + tc2, tb[1] + tb[0]) if overlap else sum(tb) + tc2  # τc[2] = τb[2] + tb[2] = tb[2]
     waited = 2 * (n - 1) * wait if oversub > 1 else 0.0
     exposed = tau_c1 + tc1 - (tb[1] + tb[0]) + waited
     return exposed, tc1 + tc2 + waited, (tc1, tc2), waited
@@ -163,9 +164,12 @@ def model_point(
     thread-loads); `environment`: the ranks' environment its provenance names; `loop_wait`:
     the share of their runnable time the ranks' training loops (which compute) waited for a
     CPU, in the ranks' schedstat samples; `alone`: the exchange phase of one rank, whose
-    all-reduce over itself sends no message (hooks, copies)."""
+    all-reduce over itself sends no message (hooks, copies). An MPI backend's ("mpi", "naive") messages
+    are handed over during backward but served once it is over, their ends seen in the wait
+    after it (`comm_end` "wait"), as torch `mpi`'s non-blocking all-reduces are."""
     oversub = max(1.0, n * (1 + pollers) / cpus) if cpus else 1.0
-    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps)
+    overlap = backend not in ("mpi", "naive")
+    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps, overlap)
     if not last_rank_in_turns or n > cpus:
         exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
     exposed += alone if n == 1 else 0.0
@@ -179,7 +183,8 @@ def model_point(
             for i in range(12):
                 # each message's service time is its cost and half the iteration's wait
                 start = it["t_start"][r, i] + data + forward
-                first_end = start + tb[1] + tc2 + waited / 2
+                served = start + (tb[1] if overlap else sum(tb))  # the first message's service begins
+                first_end = served + tc2 + waited / 2
                 rows.append((r, i, int(BYTES[1]), start + tb[1], first_end))  # layer 2 first
                 end = max(first_end, start + tb[1] + tb[0]) + tc1 + waited / 2
                 rows.append((r, i, int(BYTES[0]), start + tb[1] + tb[0], end))
@@ -189,6 +194,7 @@ def model_point(
     provenance: dict[str, object] = {"cpu_count": cpus} if cpus else {}
     provenance.update({"mpi": mpi} if mpi else {})
     provenance.update({"environment": environment} if environment is not None else {})
+    provenance.update({} if overlap else {"comm_end": "wait"})
     comm = comm_rows(rows) if rows else None
     compute = data + forward + sum(tb) + update
     runnable = compute / (compute + exposed)  # of an iteration: the loop is what computes

@@ -11,7 +11,7 @@ import pytest
 from hpcbench.analysis import mpi_rules, tables
 from hpcbench.analysis.collectives import LinkCost
 from hpcbench.analysis.mpi_rules import DOUBLING, RABENSEIFNER, REDUCE_BCAST, RING
-from tests.analysis.helpers import ALPHA, BETA, hand_schedule, model_point
+from tests.analysis.helpers import ALPHA, BETA, TB, hand_schedule, model_point
 
 OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022"
 KiB, MiB = 1024, 1024 * 1024
@@ -101,3 +101,22 @@ def test_a_library_without_known_rules_is_predicted_as_a_ring(tmp_path: Path) ->
     assert pred.loc[4, "pred_comm_total_s"] == pytest.approx(ring, rel=1e-6)
     # a ring's 6 α steps per message where the points took 4: slower than measured
     assert pred["predicted_t_iter_s"].to_dict()[4] > truth[4]
+
+
+def test_an_exchange_through_mpi_allreduce_is_served_after_backward(tmp_path: Path) -> None:
+    # torch `mpi` hands each gradient to a non-blocking MPI all-reduce during backward, but
+    # Open MPI progresses it only inside MPI calls: it is served in the wait after backward
+    # (benchmarks/mpi_progress.py), and predicted so, with or without wait-free back-propagation
+    truth = _sweep(tmp_path / "mpi", OPEN_MPI)
+    pred = tables.analyse(tmp_path / "mpi").predictions.set_index("ranks")
+    assert pred.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
+    assert pred["predicted_t_iter_s"].tolist() == pred["predicted_no_overlap_s"].tolist()
+    # served beside backward, the first message would have hidden behind layer 1's backward
+    exposed = pred["pred_comm_exposed_s"].to_dict()[4]
+    assert exposed - hand_schedule(4, steps=4)[0] == pytest.approx(TB[0], rel=1e-6)
+    # a gloo ring's messages are served beside backward: wait-free back-propagation hides some
+    (tmp_path / "gloo").mkdir()
+    for n in (1, 2):
+        model_point(tmp_path / "gloo", n)
+    ring = tables.analyse(tmp_path / "gloo").predictions.set_index("ranks")
+    assert ring["predicted_t_iter_s"].to_dict()[2] < ring["predicted_no_overlap_s"].to_dict()[2]
