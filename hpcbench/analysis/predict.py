@@ -4,8 +4,9 @@ A configuration is the points that differ only in scale (nodes, ranks per node, 
 size) and seed. Its calibration:
 
 - phases (data, h2d, forward, backward, update) and the time in no phase ("overhead":
-  t_iter minus all measured phases) from the point with the fewest ranks; compute phases
-  scale linearly with the per-rank batch when a point's batch differs;
+  t_iter minus all measured phases) from the point with the fewest ranks, the mean over its
+  repeats (points that differ from it only in seed); compute phases scale linearly with the
+  per-rank batch when a point's batch differs;
 - layers (gradient buckets: bytes and backward time) from the smallest point that recorded
   messages, their backward times scaled to add up to the calibration point's backward;
 - the link's α and β: from a commbench file when one is given, else from the messages of
@@ -317,6 +318,11 @@ def _spread(layers: Sequence[Layer], backward: float) -> list[Layer]:
     return [Layer(layer.grad_bytes, backward / len(layers)) for layer in layers]
 
 
+def _run_shape(p: PointData) -> tuple[int, int, int, int]:
+    """What a repeat shares with the run it repeats: ranks, their placement, the batch."""
+    return p.iterations.shape[0], p.point.nodes, p.point.ranks_per_node, p.point.batch_size
+
+
 def calibrate(
     group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None, derived: Derived | None = None
 ) -> Calibration:
@@ -325,7 +331,8 @@ def calibrate(
     derived = derived if derived is not None and derived.stats is stats else Derived(stats)
     order = sorted(group, key=lambda p: (p.iterations.shape[0], p.point.seed, p.point.batch_size, p.point_id))
     base = order[0]
-    row = stats.loc[base.point_id]
+    repeats = [p.point_id for p in order if _run_shape(p) == _run_shape(base)]
+    row = stats.loc[repeats].mean(numeric_only=True)  # the base's repeats: one run's noise averaged out
     phases = PhaseTimes(float(row["data_s"]), float(row["h2d_s"]), float(row["forward_s"]), float(row["update_s"]))
     measured = sum(float(row[f"{name}_s"]) for name in ("data", "h2d", "forward", "backward", "comm", "update"))
     overhead = max(float(row["t_iter_s"]) - measured, 0.0)
@@ -334,7 +341,7 @@ def calibrate(
     # worker already pushes to and pulls from its servers)
     alone = float(row["comm_s"]) if base.iterations.shape[0] == 1 and not servers else 0.0
     backward = float(row["backward_s"])
-    calibration = {base.point_id}
+    calibration = set(repeats)
     with_messages = [p for p in order if len(p.comm)]
     if with_messages:
         source = with_messages[0]

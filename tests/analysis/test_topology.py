@@ -258,6 +258,20 @@ def test_the_threads_a_framework_says_it_computes_on_are_the_ones_counted(tmp_pa
         assert held["oversubscribed"].tolist() == [False, False, True]
 
 
+def test_the_calibration_point_is_the_mean_of_its_repeats(tmp_path: Path) -> None:
+    # one rank run twice (seeds 0 and 1), 10 % faster and 10 % slower than its true compute;
+    # two ranks (no exchange, no contention) compute the true time: the repeats' mean predicts it
+    truth = FORWARD + BACKWARD + UPDATE
+    for ranks, seed, scale in ((1, 0, 0.9), (1, 1, 1.1), (2, 0, 1.0)):
+        it = iterations(ranks, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
+        point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=ranks, batch_size=8, seed=seed)
+        write_point_file(tmp_path / f"{point.id}.h5", point, it)
+    pred = tables.analyse(tmp_path).predictions.set_index(["ranks", "seed"])
+    assert pred.loc[(2, 0), "predicted_t_iter_s"] == pytest.approx(truth, rel=1e-6)
+    assert bool(pred.loc[(1, 0), "calibration"]) and bool(pred.loc[(1, 1), "calibration"])
+    assert pred.loc[(1, 0), "rel_error"] == pytest.approx(1 / 0.9 - 1, rel=1e-6)  # each repeat against the mean
+
+
 def test_one_ranks_own_exchange_is_predicted_at_one_rank_only(tmp_path: Path) -> None:
     # A backend's all-reduce over one rank sends nothing but still takes 1 ms (its hooks, its
     # buckets' copies): the one-rank calibration point is predicted with it, exactly, and the
