@@ -147,6 +147,7 @@ def test_ranks_killed_at_random_keep_flushed_rows_and_resume_completes(
     assert entry.state == FAILED, entry.reason
     assert entry.reason.startswith("Slurm state ") and entry.log in entry.reason, entry.reason
     assert Path(entry.log).exists()
+    assert not result.with_name(result.name + ".new").exists()  # a file killed while made is not left
     written = None  # no file if the kill came before the ranks created it
     if result.exists():
         written = check_flushed_rows(result, 2)

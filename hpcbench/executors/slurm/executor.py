@@ -362,7 +362,7 @@ def refresh(manifest: mf.Manifest) -> None:
             mark_stop_reason(result, reason.rpartition("; see ")[0].rpartition(", then ")[2])
         if new in mf.ENDED:
             e.ended = mf.now()
-        if new == mf.FAILED and status not in (None, schema.STATUS_COMPLETE):  # the file says so too
+        if new == mf.FAILED and status != schema.STATUS_COMPLETE:  # the file says so too (none: nothing left half-made)
             mark_failed(manifest.directory / e.result, reason)
         changed = True
     if changed:
