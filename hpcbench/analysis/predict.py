@@ -65,6 +65,7 @@ from hpcbench.analysis.contention import (
     placement_of,
     ranks_take_turns,
 )
+from hpcbench.analysis.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
 from hpcbench.store import schema
@@ -107,6 +108,7 @@ class Calibration:
     sync_ranks: int = 0
     sync_shared: Sharing | None = None  # how the measured points shared the CPUs (None: they did not)
     local_exchange: float = 0.0  # the exchange phase of a one-rank calibration point (model.predict_iteration)
+    cycle_wait: float = 0.0  # without one: Horovod's wait for its cycle at one rank (`cycle_wait`), not CPU work
     overlaps: bool = True  # its messages progress beside backward (not through MPI_Allreduce: MPI_EXCHANGES)
 
     def on(self, where: Placement) -> Placement:
@@ -186,12 +188,26 @@ class Derived:
             self._placements[p.point_id] = placement_of(p)
         return self._placements[p.point_id]
 
+    def work_wait(self, p: PointData) -> float:
+        """The run-queue wait share of the point's threads, each weighted by its time on a CPU
+        (`work_wait`, schema 7); NaN where not measured."""
+        if self.stats is None or "work_wait" not in self.stats.columns or p.point_id not in self.stats.index:
+            return math.nan
+        return float(cast(float, self.stats.loc[p.point_id, "work_wait"]))
+
     def measured_placement(self, p: PointData) -> Placement:
-        """`placement(p)` with its pollers as the point's loop wait measured them: a loop that
-        computes and waited a share w for a CPU had C / (1 − w) thread-loads beside it."""
+        """`placement(p)` with its pollers as the point's waits measured them: threads that
+        waited a share w of their runnable time for a CPU had C / (1 − w) thread-loads beside
+        them. The wait is its training loop's where the loop computes (`cpu_wait`), else its
+        threads' by their work (`work_wait`): the framework's own threads that compute (a loop
+        that hands them the compute waits for them, not for a CPU) and the polling thread
+        itself, which spins on a CPU only as long as it is scheduled."""
         where = self.placement(p)
+        if where.pollers == 0 or not where.cores > 0:
+            return where
         wait = self.cpu_wait(p)
-        if where.pollers == 0 or not where.cores > 0 or not 0 <= wait < 1:
+        wait = wait if 0 <= wait < 1 else self.work_wait(p)
+        if not 0 <= wait < 1:
             return where
         load = where.cores / (1 - wait)
         return replace(where, pollers=min(max(load / where.ranks_per_host - where.threads, 0.0), where.pollers))
@@ -224,6 +240,22 @@ class Derived:
 # thread): either way a message is served once backward is over. (Horovod's background thread
 # runs its all-reduces beside backward.)
 MPI_EXCHANGES = frozenset({"mpi", "naive"})
+
+
+def cycle_wait(p: PointData) -> float:
+    """What one rank of Horovod waits after backward though it sends nothing: its background
+    thread takes the tensors handed to it once per cycle (HOROVOD_CYCLE_TIME in ms, as the
+    ranks' environment set it, else Horovod's default), on average half a cycle after the
+    last gradient is ready. 0 for other backends."""
+    if p.point.backend != "horovod":
+        return 0.0
+    environment = p.provenance.get("environment", {})
+    value = str(environment.get("HOROVOD_CYCLE_TIME", "")) if isinstance(environment, dict) else ""
+    try:
+        cycle = float(value) / 1e3 if value else HOROVOD_CYCLE_S
+    except ValueError:
+        cycle = HOROVOD_CYCLE_S
+    return cycle / 2 if math.isfinite(cycle) and cycle > 0 else HOROVOD_CYCLE_S / 2
 
 
 def mpi_rules_of(p: PointData) -> str:
@@ -338,8 +370,9 @@ def calibrate(
     overhead = max(float(row["t_iter_s"]) - measured, 0.0)
     servers = servers_of(base.point)
     # a single rank's exchange, where no message of it is modelled (a parameter server's one
-    # worker already pushes to and pulls from its servers)
-    alone = float(row["comm_s"]) if base.iterations.shape[0] == 1 and not servers else 0.0
+    # worker already pushes to and pulls from its servers); unmeasured, Horovod's cycle wait
+    measured_alone = base.iterations.shape[0] == 1
+    alone = float(row["comm_s"]) if measured_alone and not servers else 0.0
     backward = float(row["backward_s"])
     calibration = set(repeats)
     with_messages = [p for p in order if len(p.comm)]
@@ -375,7 +408,7 @@ def calibrate(
         base.point_id, base.point.batch_size, phases, layers, overhead, link, comm_source, calibration,
         derived.measured_placement(base), phi, phi_source, cpu, cores, cores_source, base.point.backend, servers,
         mpi_rules_of(base), local_exchange=alone if math.isfinite(alone) else 0.0,
-        overlaps=base.point.backend not in MPI_EXCHANGES,
+        cycle_wait=0.0 if measured_alone else cycle_wait(base), overlaps=base.point.backend not in MPI_EXCHANGES,
     )  # fmt: skip
     return _with_sync_wait(cal, order, stats, derived)
 
@@ -441,7 +474,7 @@ def predict_point(
     return predict_iteration(
         phases, _scaled(cal.layers, s), link, ranks, batch_size, overlap=overlap and cal.overlaps,
         overhead=cal.overhead, exchange_wait=wait, message_cost=cost, sync_wait=sync,
-        local_exchange=cal.local_exchange * shared,
+        local_exchange=cal.local_exchange * shared + cal.cycle_wait,
     )  # fmt: skip
 
 

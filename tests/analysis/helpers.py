@@ -152,7 +152,8 @@ def model_point(
     directory: Path, n: int, cpus: int = 0, wait: float = 0.0, backend: str = "gloo",
     steps: float | None = None, mpi: str | None = None, last_rank: float = 0.0,
     pollers: float = 0.0, environment: dict[str, str] | None = None, last_rank_in_turns: bool = False,
-    loop_wait: float | None = None, alone: float = 0.0,
+    loop_wait: float | None = None, alone: float = 0.0, work_wait: float | None = None,
+    loop_runnable: float | None = None,
 ) -> tuple[Point, float]:  # fmt: skip
     """A point that follows the model; with `cpus`, one single-thread rank per CPU at most
     before they time-share (compute and hops slowed by n / cpus, each hop `wait` longer);
@@ -163,10 +164,13 @@ def model_point(
     `pollers`: threads per rank that took a CPU's share beside the compute (n·(1 + pollers)
     thread-loads); `environment`: the ranks' environment its provenance names; `loop_wait`:
     the share of their runnable time the ranks' training loops (which compute) waited for a
-    CPU, in the ranks' schedstat samples; `alone`: the exchange phase of one rank, whose
-    all-reduce over itself sends no message (hooks, copies). An MPI backend's ("mpi", "naive") messages
-    are handed over during backward but served once it is over, their ends seen in the wait
-    after it (`comm_end` "wait"), as torch `mpi`'s non-blocking all-reduces are."""
+    CPU, in the ranks' schedstat samples; `work_wait`: their threads' wait by their work
+    there; `loop_runnable`: the loop's runnable share of an iteration (default: the compute's,
+    as a loop that computes; less for one that hands the compute to its framework's threads);
+    `alone`: the exchange phase of one rank, whose all-reduce over itself sends no message
+    (hooks, copies). An MPI backend's ("mpi", "naive") messages are handed over during
+    backward but served once it is over, their ends seen in the wait after it (`comm_end`
+    "wait"), as torch `mpi`'s non-blocking all-reduces are."""
     oversub = max(1.0, n * (1 + pollers) / cpus) if cpus else 1.0
     overlap = backend not in ("mpi", "naive")
     exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps, overlap)
@@ -197,8 +201,11 @@ def model_point(
     provenance.update({} if overlap else {"comm_end": "wait"})
     comm = comm_rows(rows) if rows else None
     compute = data + forward + sum(tb) + update
-    runnable = compute / (compute + exposed)  # of an iteration: the loop is what computes
-    samples = sched_rows(n, 1.5, 12.0, wait=loop_wait, runnable=runnable) if loop_wait is not None else None
+    runnable = compute / (compute + exposed) if loop_runnable is None else loop_runnable
+    sampled = loop_wait is not None or work_wait is not None
+    samples = (
+        sched_rows(n, 1.5, 12.0, wait=loop_wait or 0.0, runnable=runnable, work_wait=work_wait) if sampled else None
+    )
     write_point_file(directory / f"{point.id}.h5", point, it, comm=comm, resources=samples, hostnames=hosts,
                      provenance=provenance)  # fmt: skip
     return point, compute + exposed

@@ -10,6 +10,8 @@ import pytest
 
 from hpcbench.analysis import tables
 from hpcbench.analysis.contention import Placement, fit_effective_cores, placement_of, ranks_take_turns
+from hpcbench.analysis.exchange import HOROVOD_CYCLE_S
+from hpcbench.analysis.predict import cycle_wait
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.testing.fabricate import write_point_file
@@ -59,17 +61,23 @@ def test_the_effective_cores_are_fitted_with_the_polling_threads_counted() -> No
 
 
 def _horovod(
-    directory: Path, last_rank: float = 0.0, spin: float = 1.0, loop_wait: float | None = None
-) -> dict[int, float]:
+    directory: Path, last_rank: float = 0.0, spin: float = 1.0, loop_wait: float | None = None,
+    work_wait: float | None = None,
+) -> dict[int, float]:  # fmt: skip
     """2 CPUs. 2 ranks: Open MPI spins, each rank's polling thread takes `spin` of a CPU
     beside its compute (2·(1 + spin) thread-loads: with a whole thread, compute twice as long
     as alone), the ranks wait `last_rank` for their last one, and their loops `loop_wait` for
-    a CPU. 4 ranks: it yields (4 loads), and they wait for none."""
+    a CPU; with `work_wait`, their loops hand the compute to the framework's threads (runnable
+    a fifth of an iteration, as TensorFlow's and MXNet's) and the threads waited that share
+    of their work. 4 ranks: it yields (4 loads), and they wait for none. One rank sends
+    nothing, but its exchange waits half of Horovod's cycle for its background thread."""
     directory.mkdir()
+    handed = 0.2 if work_wait is not None else None
     return {
         n: model_point(directory, n, cpus=2, backend="horovod", mpi=OPEN_MPI, environment=YIELDS if n == 4 else SPINS,
                        pollers=pollers, last_rank=wait, steps=4 if n == 4 else None,
-                       loop_wait=loop_wait if n == 2 else None)[1]
+                       loop_wait=loop_wait if n == 2 else None, work_wait=work_wait if n == 2 else None,
+                       loop_runnable=handed if n == 2 else None, alone=HOROVOD_CYCLE_S / 2 if n == 1 else 0.0)[1]
         for n, pollers, wait in ((1, 0.0, 0.0), (2, spin, last_rank), (4, 0.0, 0.0))
     }  # fmt: skip
 
@@ -133,3 +141,26 @@ def test_a_polling_threads_share_is_what_the_loops_wait_measured(tmp_path: Path)
     _horovod(tmp_path / "unmeasured", spin=1 / 3)
     one = float(tables.analyse(tmp_path / "unmeasured").held_out.set_index("ranks")["predicted_t_iter_s"][1])
     assert one < 0.8 * truth[1]
+
+
+def test_a_polling_threads_share_is_what_the_framework_threads_wait_measured(tmp_path: Path) -> None:
+    # TensorFlow and MXNet compute on their own threads: the loop waits for them, not for a CPU,
+    # so its wait says nothing. Their threads' wait by their work does: 25 %, a third of a
+    # polling thread each at 2 ranks. One rank held out from 2 and 4 follows it.
+    truth = _horovod(tmp_path / "framework", spin=1 / 3, loop_wait=0.9, work_wait=0.25)
+    held = tables.analyse(tmp_path / "framework").held_out.set_index("ranks")
+    assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[1], rel=1e-6)
+    assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
+    # without the threads' wait (a file before schema 7) the thread counts whole, as before
+    _horovod(tmp_path / "older", spin=1 / 3, loop_wait=0.9)
+    one = float(tables.analyse(tmp_path / "older").held_out.set_index("ranks")["predicted_t_iter_s"][1])
+    assert one < 0.8 * truth[1]
+
+
+def test_one_rank_of_horovod_waits_half_its_cycle(tmp_path: Path) -> None:
+    # its background thread takes the tensors once per cycle: 1 ms by default, or as set
+    assert cycle_wait(_point(tmp_path, 1)) == pytest.approx(0.5e-3)
+    told: dict[str, object] = {"environment": {"HOROVOD_CYCLE_TIME": "5"}}
+    assert cycle_wait(_point(tmp_path, 1, provenance=told)) == pytest.approx(2.5e-3)
+    assert cycle_wait(_point(tmp_path, 1, provenance={"environment": {"HOROVOD_CYCLE_TIME": "x"}})) == 0.5e-3
+    assert cycle_wait(_point(tmp_path, 1, backend="mpi", provenance=told)) == 0.0
