@@ -57,8 +57,9 @@ where it does or where it is alone (no peer to wait for):
 
     load = k·(t + pollers),    oversubscription = max(1, load / C_eff)
 
-A poller spins only while its peers are late: where a calibration point's loop wait was
-measured, its pollers are what that wait shows (predict.Derived.measured_placement).
+A poller spins only while its peers are late: where a calibration point's wait was
+measured (its loop's where the loop computes, else its threads' by their work), its pollers
+are what that wait shows (predict.Derived.measured_placement).
 
 Measured on a 2-CPU host (three frameworks with Horovod, 1, 2 and 4 ranks): at 2 ranks,
 where Open MPI spins, the training loops waited 47–52 % of their runnable time for a CPU,

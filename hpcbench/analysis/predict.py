@@ -31,7 +31,8 @@ size) and seed. Its calibration:
 - the exchange a single rank still runs (its backend's all-reduce over one rank: the wait
   for its hooks, its buckets' copies): the exchange phase of a one-rank calibration point,
   predicted at one rank only (from two ranks on, the messages the link was fitted on
-  carry it);
+  carry it); where no rank ran alone, Horovod's one rank waits half its cycle for its
+  background thread (`cycle_wait`);
 - the wait for the last rank (skew.py): the exchange phase of the smallest points of two or
   more ranks beyond the exposed exchange modelled for them, carried to N ranks as the
   expected largest of N normal draws grows.
