@@ -51,15 +51,23 @@ of its own: Horovod's background thread, where its controller is MPI, negotiates
 other ranks' background threads every cycle and runs the all-reduces, inside MPI calls that
 spin until the peers arrive. Open MPI spins without giving its CPU away unless it knows the
 host is oversubscribed (more ranks than slots, `mpi_oversubscribe`, or `mpi_yield_when_idle`
-asked for), in which case it yields to any other runnable thread. So a rank of such a backend
-counts `pollers` = 1 more thread against the cores where Open MPI does not yield, and none
-where it does or where it is alone (no peer to wait for):
+asked for), in which case it yields to any other runnable thread. A poller spins only while
+a peer is late, and the last of p ranks to arrive waits for none: at most p − 1 of the p
+pollers spin at a time. So a rank of such a backend counts
+
+    pollers = (p − 1) / p
+
+more thread-loads against the cores where Open MPI does not yield (half a thread each at two
+ranks, nearly a whole one at many), and none where it does or where it is alone (no peer to
+wait for):
 
     load = k·(t + pollers),    oversubscription = max(1, load / C_eff)
 
-A poller spins only while its peers are late: where a calibration point's wait was
-measured (its loop's where the loop computes, else its threads' by their work), its pollers
-are what that wait shows (predict.Derived.measured_placement).
+That is the most they can spin. Where a calibration point's wait was measured (its loop's
+where the loop computes, else its threads' by their work), its pollers are what that wait
+shows, at most that (predict.Derived.measured_placement). (The all-reduces that the thread
+runs spin on every rank while they last; at the bound, they are taken as a small share of
+the iteration.)
 
 Measured on a 2-CPU host (three frameworks with Horovod, 1, 2 and 4 ranks): at 2 ranks,
 where Open MPI spins, the training loops waited 47–52 % of their runnable time for a CPU,
@@ -109,8 +117,8 @@ class Placement:
         return self.oversubscription > 1.0
 
     def describe(self) -> str:
-        """What shares the host: "2 rank(s) × 1 thread(s) and 1 polling thread(s) each on 2 cores"."""
-        polling = f" and {self.pollers:g} polling thread(s) each" if self.pollers else ""
+        """What shares the host: "2 rank(s) × 1 thread(s) and 0.5 polling thread(s) each on 2 cores"."""
+        polling = f" and {self.pollers:.2g} polling thread(s) each" if self.pollers else ""
         return f"{self.ranks_per_host} rank(s) × {self.threads} thread(s){polling} on {self.cores:g} cores"
 
 
@@ -210,12 +218,13 @@ def mpi_yields(p: PointData, ranks_per_host: int, cpus: float) -> bool:
     return cpus > 0 and ranks_per_host > cpus
 
 
-def pollers(p: PointData, ranks_per_host: int, ranks: int) -> int:
+def pollers(p: PointData, ranks_per_host: int, ranks: int) -> float:
     """Threads per rank that poll beside its compute in `p`'s configuration at `ranks` ranks,
-    `ranks_per_host` to a host: Horovod's background thread over an Open MPI that spins."""
+    `ranks_per_host` to a host: Horovod's background thread over an Open MPI that spins, as
+    many as can spin at once: (ranks − 1) / ranks (the last to arrive waits for none)."""
     cpus = float(p.provenance.get("cpu_count", 0) or 0)
     spins = horovod_over_mpi(p) and not mpi_yields(p, ranks_per_host, cpus)
-    return 1 if spins and ranks >= 2 else 0
+    return (ranks - 1) / ranks if spins and ranks >= 2 else 0.0
 
 
 def placement_of(p: PointData) -> Placement:

@@ -91,7 +91,7 @@ def _loads_seen(wait: float, where: Placement) -> str:
     text += f", {where.load:g} counted"
     if where.pollers > 0:
         spun = min(max(seen / where.ranks_per_host - where.threads, 0.0), where.pollers)
-        text += f": {spun:.2f} polling thread(s) each, not {where.pollers:g}"
+        text += f": {spun:.2f} polling thread(s) each, not {where.pollers:.2g}"
     return text
 
 
