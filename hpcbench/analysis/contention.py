@@ -41,7 +41,9 @@ On CPU the collectives are driven by the ranks' own threads: a ring step ends wh
 receiving rank's thread has run. On an oversubscribed host the cores are busy with other
 ranks' work when the exchange begins, so each step of its first ring also waits for its
 thread to be scheduled: on average half the kernel's scheduler slice (`exchange_wait`, once
-per iteration: the messages after it find the ranks in the exchange), where the backend's
+per iteration: the messages after it find the ranks in the exchange; once per message where
+each all-reduce is a program of its own that the runtime starts from its threads, as JAX's
+are, `rings_that_wait`), where the backend's
 threads sleep while they wait (MPI's threads poll instead, and keep their CPU). Linux's default
 slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
 n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
@@ -92,6 +94,13 @@ SLICE_BASE_S = 0.75e-3  # Linux's base scheduler slice per unit of its CPU-count
 # instead: a waiting rank keeps its CPU, and no wake-up is waited for. A parameter server's
 # push and pull are round trips to a server, not a ring's steps: no wait is modelled there.
 SLEEPING_WAITS = frozenset({"gloo", "multiworker", "pmean", "pmean_fused"})
+# Backends whose all-reduces each begin on cores the rank's runtime threads hold: JAX runs
+# each per-tensor all-reduce as a program of its own, started from its runtime's thread pool,
+# so every message's ring waits for its threads to be scheduled (measured on 2 CPUs: 1.5 ms
+# per message at 2 ranks, 4.8 ms at 4, whatever its size: 2(p − 1) half slices); gloo's
+# worker thread, draining its queue after backward, finds its peers in the exchange after
+# the first ring.
+WAITS_PER_MESSAGE = frozenset({"pmean", "pmean_fused"})
 YIELD_SETTINGS = ("OMPI_MCA_mpi_yield_when_idle", "OMPI_MCA_mpi_oversubscribe")  # either true: Open MPI yields
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
@@ -142,6 +151,13 @@ def exchange_wait(host: Placement, backend: str, ranks: int) -> float:
     if ranks < 2 or not host.oversubscribed or backend not in SLEEPING_WAITS:
         return 0.0
     return 2 * (ranks - 1) * scheduler_slice(host.cores) / 2
+
+
+def rings_that_wait(backend: str, messages: int) -> int:
+    """How many of an iteration's `messages` all-reduces wait for their threads to be scheduled
+    (`exchange_wait` each): every one where each is a program of its own that the backend's
+    runtime starts from its threads (`WAITS_PER_MESSAGE`), else the first."""
+    return max(messages, 1) if backend in WAITS_PER_MESSAGE else 1
 
 
 def compute_scale(a: Placement, b: Placement, phi: float) -> float:

@@ -150,7 +150,7 @@ def predict_iteration(
     Without overlap: t_iter = t_io + t_h2d + t_f + t_b + t_c + t_u, t_c = Σ tc[l].
     With wait-free back-propagation: t_f + t_b + non-overlapped comm + t_u (plus t_io + t_h2d).
     With `prefetch`, I/O and H2D hide behind the rest of the iteration when shorter than it.
-    `overhead` (time in no phase) is added as it is; `exchange_wait` (once per iteration, the
+    `overhead` (time in no phase) is added as it is; `exchange_wait` (per iteration, the
     exchange's wait for time-shared threads to be scheduled: contention.py) to the exposed
     communication, when there is any; `sync_wait` (the wait for the last rank: skew.py) to
     the exposed communication of two or more ranks. `message_cost`: a message's seconds from

@@ -65,6 +65,7 @@ from hpcbench.analysis.contention import (
     horovod_over_mpi,
     placement_of,
     ranks_take_turns,
+    rings_that_wait,
 )
 from hpcbench.analysis.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
@@ -297,9 +298,11 @@ def fit_link_from_points(
     host, where = max(places, key=lambda pair: pair[1].oversubscription)
     oversub = where.oversubscription if cpu else 1.0
     if oversub > 1:
-        # the iteration's scheduling wait, spread over its messages, is not the link's
+        # the scheduling waits of its rings (rings_that_wait), spread over its messages, are not the link's
         per_iteration = len(sizes[0]) / max(len(np.unique(derived.messages(points[0])["iteration"])), 1)
-        wait = exchange_wait(host, points[0].point.backend, n) / max(per_iteration, 1.0)  # 0 below 2 ranks
+        backend = points[0].point.backend
+        rings = rings_that_wait(backend, round(per_iteration))
+        wait = exchange_wait(host, backend, n) * rings / max(per_iteration, 1.0)  # 0 below 2 ranks
         alpha = max(link.alpha - wait / (2 * (n - 1)), 0.0) if wait > 0 else link.alpha
         link = LinkCost(alpha / oversub, link.beta / oversub, link.gamma / oversub)
     note = f", {oversub:.1f}x oversubscribed" if oversub > 1 else ""
@@ -463,7 +466,8 @@ def predict_point(
     if cal.cpu and where.oversubscribed:
         k = where.oversubscription
         link = LinkCost(link.alpha * k, link.beta * k, link.gamma * k)
-        wait = exchange_wait(host, cal.backend, ranks)
+        messages = sum(1 for layer in cal.layers if layer.grad_bytes > 0)
+        wait = exchange_wait(host, cal.backend, ranks) * rings_that_wait(cal.backend, messages)
     servers, rules = cal.servers, cal.mpi
     cost: Callable[[float], float] | None = None
     if servers:

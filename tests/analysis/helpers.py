@@ -123,12 +123,14 @@ DATA, FORWARD, UPDATE = 0.001, 0.01, 0.002
 
 
 def hand_schedule(
-    n: int, oversub: float = 1.0, wait: float = 0.0, steps: float | None = None, overlap: bool = True
-) -> tuple[float, float, tuple[float, float], float]:
+    n: int, oversub: float = 1.0, wait: float = 0.0, steps: float | None = None, overlap: bool = True,
+    rings: int = 1,
+) -> tuple[float, float, tuple[float, float], float]:  # fmt: skip
     """(exposed comm, total comm, (tc1, tc2), the iteration's scheduling wait) at n ranks,
     worked out by hand for two layers; `oversub` > 1: the ranks time-share their cores
     (backward and every hop that much slower, and the exchange waits `wait` at each of a
-    ring's 2(n − 1) steps, once per iteration, fully exposed); `steps`: an all-reduce of that
+    ring's 2(n − 1) steps, in `rings` of the two messages per iteration (1: the first; 2:
+    each, as JAX's), fully exposed); `steps`: an all-reduce of that
     many α steps in place of the ring's 2(n − 1), with the ring's bytes; without `overlap`
     both messages are served once backward is over (an exchange through MPI_Allreduce)."""
     if n == 1:
@@ -139,7 +141,7 @@ def hand_schedule(
     b = 2 * (n - 1) / n * beta  # ring all-reduce: tc(M) = a + b·M
     tc1, tc2 = a + b * BYTES[0], a + b * BYTES[1]
     tau_c1 = max(tb[1] + tc2, tb[1] + tb[0]) if overlap else sum(tb) + tc2  # τc[2] = τb[2] + tb[2] = tb[2]
-    waited = 2 * (n - 1) * wait if oversub > 1 else 0.0
+    waited = rings * 2 * (n - 1) * wait if oversub > 1 else 0.0
     exposed = tau_c1 + tc1 - (tb[1] + tb[0]) + waited
     return exposed, tc1 + tc2 + waited, (tc1, tc2), waited
 
@@ -173,7 +175,8 @@ def model_point(
     "wait"), as torch `mpi`'s non-blocking all-reduces are."""
     oversub = max(1.0, n * (1 + pollers) / cpus) if cpus else 1.0
     overlap = backend not in ("mpi", "naive")
-    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps, overlap)
+    rings = 2 if backend in ("pmean", "pmean_fused") else 1  # JAX: every message's ring waits
+    exposed, total, (tc1, tc2), waited = hand_schedule(n, oversub, wait, steps, overlap, rings)
     if not last_rank_in_turns or n > cpus:
         exposed += last_rank * EXPECTED_MAX[n] / EXPECTED_MAX[2]
     exposed += alone if n == 1 else 0.0
@@ -185,7 +188,8 @@ def model_point(
     if n > 1:
         for r in range(n):
             for i in range(12):
-                # each message's service time is its cost and half the iteration's wait
+                # each message's service time is its cost and half the iteration's wait (with
+                # rings = 2, its own ring's)
                 start = it["t_start"][r, i] + data + forward
                 served = start + (tb[1] if overlap else sum(tb))  # the first message's service begins
                 first_end = served + tc2 + waited / 2
