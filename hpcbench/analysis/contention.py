@@ -72,10 +72,11 @@ runs spin on every rank while they last; at the bound, they are taken as a small
 the iteration.)
 
 Measured on a 2-CPU host (three frameworks with Horovod, 1, 2 and 4 ranks): at 2 ranks,
-where Open MPI spins, the training loops waited 47–52 % of their runnable time for a CPU,
-as 4 thread-loads on 2 CPUs give (1 − 2/4); at 4 ranks, where it yields, 61–67 %, beside
-51–54 % for MPI backends without such a thread; and the compute grew 1.6–2.5 times from 1 to
-2 ranks but 0.99–1.21 times from 2 to 4.
+where Open MPI spins, the training loops waited 47–52 % of their runnable time for a CPU on
+a machine that other work loaded too, 22–25 % idle (3 thread-loads on 2 CPUs, the bound,
+give 1 − 2/3); at 4 ranks, where it yields, 61–67 %, beside 51–54 % for MPI backends
+without such a thread; and the compute grew 1.6–2.5 times from 1 to 2 ranks but 0.99–1.21
+times from 2 to 4.
 """
 
 from __future__ import annotations
