@@ -126,6 +126,11 @@ class Placement:
     def oversubscribed(self) -> bool:
         return self.oversubscription > 1.0
 
+    def pollers_seen(self, load: float) -> float:
+        """The polling threads per rank that a host of `load` thread-loads shows beside the
+        ranks' own threads, at most those counted."""
+        return min(max(load / self.ranks_per_host - self.threads, 0.0), self.pollers)
+
     def describe(self) -> str:
         """What shares the host: "2 rank(s) × 1 thread(s) and 0.5 polling thread(s) each on 2 cores"."""
         polling = f" and {self.pollers:.2g} polling thread(s) each" if self.pollers else ""
@@ -209,8 +214,7 @@ def _threads(p: PointData) -> int:
         return taken
     if p.point.threads is not None:
         return p.point.threads
-    environment = p.provenance.get("environment", {})
-    value = str(environment.get("OMP_NUM_THREADS", "")) if isinstance(environment, dict) else ""
+    value = p.environment.get("OMP_NUM_THREADS", "")
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
@@ -226,8 +230,7 @@ def mpi_yields(p: PointData, ranks_per_host: int, cpus: float) -> bool:
     """Whether Open MPI's waits give the CPU away on the point's hosts: as its environment set
     it (`YIELD_SETTINGS`, what mpirun sets on an oversubscribed host), or, where it does not
     say, as mpirun decides: more ranks on a host than its CPUs."""
-    environment = p.provenance.get("environment", {})
-    settings = environment if isinstance(environment, dict) else {}
+    settings = p.environment
     if any(str(settings.get(key, "")).lower() in TRUE_WORDS for key in YIELD_SETTINGS):
         return True
     if any(key in settings for key in YIELD_SETTINGS):

@@ -211,8 +211,7 @@ class Derived:
         wait = wait if 0 <= wait < 1 else self.work_wait(p)
         if not 0 <= wait < 1:
             return where
-        load = where.cores / (1 - wait)
-        return replace(where, pollers=min(max(load / where.ranks_per_host - where.threads, 0.0), where.pollers))
+        return replace(where, pollers=where.pollers_seen(where.cores / (1 - wait)))
 
     def messages(self, p: PointData) -> np.ndarray:
         """The point's messages of (at most fit.MAX_ITERATIONS) timed iterations."""
@@ -251,8 +250,7 @@ def cycle_wait(p: PointData) -> float:
     last gradient is ready. 0 for other backends."""
     if p.point.backend != "horovod":
         return 0.0
-    environment = p.provenance.get("environment", {})
-    value = str(environment.get("HOROVOD_CYCLE_TIME", "")) if isinstance(environment, dict) else ""
+    value = p.environment.get("HOROVOD_CYCLE_TIME", "")
     try:
         cycle = float(value) / 1e3 if value else HOROVOD_CYCLE_S
     except ValueError:

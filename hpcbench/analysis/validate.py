@@ -90,8 +90,7 @@ def _loads_seen(wait: float, where: Placement) -> str:
     text = f"; a wait of {wait:.0%} is what {seen:.1f} thread-loads on {where.cores:g} CPUs give"
     text += f", {where.load:g} counted"
     if where.pollers > 0:
-        spun = min(max(seen / where.ranks_per_host - where.threads, 0.0), where.pollers)
-        text += f": {spun:.2f} polling thread(s) each, not {where.pollers:.2g}"
+        text += f": {where.pollers_seen(seen):.2f} polling thread(s) each, not {where.pollers:.2g}"
     return text
 
 

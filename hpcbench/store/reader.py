@@ -46,6 +46,12 @@ class PointData:
     def hostnames(self) -> list[str]:
         return [h.decode() for h in self.ranks["hostname"]]
 
+    @property
+    def environment(self) -> dict[str, str]:
+        """The ranks' recorded environment (provenance `environment`); {} where none was recorded."""
+        recorded = self.provenance.get("environment", {})
+        return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, bytes):
