@@ -1,16 +1,26 @@
 """Timing on the GPU: CUDA events recorded on the stream the work is queued on, read afterwards.
 
 `CudaRecorder` keeps the CPU marks of `Recorder` (t_start / t_end stay host times on the
-common clock) and also records a CUDA event at every mark, on the stream the work was
-queued on. Phase durations then come from the events: what the device spent between the
+common clock) and also records a CUDA event at the marks that bound a device phase, on the
+stream the work was queued on. Phase durations then come from the events: what the device spent between the
 marks, not when the host queued the kernels (the `data` phase, host work, keeps its host
 time). A phase marked several times ends at its last mark, on the device too (re-recording
 an event moves it): the exchanges' hooks mark `backward` each time a gradient is ready.
 Marks are recorded on the stream current when the iteration started (the training stream,
-which autograd's threads also run backward on), looked up once per iteration: looking it
-up costs microseconds, a good part of what a mark would otherwise cost.
+which autograd's threads also run backward on), looked up once per iteration.
 Nothing waits for the device inside a step: events live in a ring of `capacity` rows and
 are read in `drain`, between iterations, after one synchronisation on the last event recorded.
+
+A mark is on the hot path of a step that, for a small model, is the host's launch time
+alone, so it does as little as it can (in a tight loop on an H200's host, an iteration's
+start, six marks and stop cost 17 µs, half of what an event at every mark, a stream looked
+up through `torch.cuda.current_stream` and the Python wrapper of `Event.record` cost; in a
+LeNet-5 step the events cost several times that: docs/benchmarks.md). Only the marks that
+bound a device phase record an event: the iteration's start (the device's h2d begins there:
+the `data` phase is host work and queues nothing) and the end of each phase from h2d on;
+`data`'s mark and `stop` are host marks alone. Whether a phase was marked is read from its
+host mark. The current stream is looked up by its id and kept, and events are recorded
+through the C method.
 
 `CudaCommRecorder` times each gradient message on the device. With NCCL, a collective's
 future completes on the host as soon as the collective is queued, so host clocks would
@@ -23,14 +33,46 @@ collective's kernels. A message's `t_start` stays the host time it was handed ov
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
 from hpcbench.trace.messages import INITIAL_CAPACITY, CommRecorder
-from hpcbench.trace.recorder import _END, _N_MARKS, _START, Phase, Recorder
+from hpcbench.trace.recorder import _START, Phase, Recorder
 
 DEVICE_PHASES = ("h2d", "forward", "backward", "comm", "update")
+
+
+class _CurrentStream:
+    """A device's current stream as a `torch.cuda.Stream`, kept per stream id: a lookup is
+    one C call (`torch.cuda.current_stream` also builds a new Python object every time)."""
+
+    def __init__(self, device: Any) -> None:
+        import torch
+
+        self._torch = torch
+        index = torch.device(device).index if device is not None else None
+        self._index = torch.cuda.current_device() if index is None else index
+        self._lookup = torch._C._cuda_getCurrentStream
+        self._streams: dict[tuple[int, int, int], Any] = {}
+
+    def __call__(self) -> Any:
+        key = self._lookup(self._index)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream_id, index, kind = key
+            stream = self._streams[key] = self._torch.cuda.Stream(  # type: ignore[no-untyped-call]
+                stream_id=stream_id, device_index=index, device_type=kind
+            )
+        return stream
+
+
+def _record_method() -> Any:
+    """`Event.record(stream)` without the Python wrapper's frame (and its stream lookup)."""
+    import torch
+
+    return torch._C._CudaEventBase.record
 
 
 class CudaRecorder(Recorder):
@@ -39,49 +81,60 @@ class CudaRecorder(Recorder):
         import torch
 
         self._torch = torch
-        self._device = device
-        # one preallocated event per mark slot: no allocation on the hot path
+        self._current_stream = _CurrentStream(device)
+        self._record = _record_method()
+        self._elapsed = torch._C._CudaEventBase.elapsed_time
+        # one preallocated event per device mark of each row: no allocation on the hot path
+        # (column _START, then each phase's end; DATA's column stays unused)
         self._events = [
-            [torch.cuda.Event(enable_timing=True) for _ in range(_N_MARKS)]  # type: ignore[no-untyped-call]
+            [torch.cuda.Event(enable_timing=True) for _ in range(Phase.UPDATE + 1)]  # type: ignore[no-untyped-call]
             for _ in range(capacity)
         ]
-        self._marked = np.zeros((capacity, _N_MARKS), dtype=bool)
+        self._row_events: list[Any] = self._events[0]
         self._stream: Any = None
 
     def start(self, warmup: bool = False) -> None:
         super().start(warmup)
-        row = self._row
-        self._stream = self._torch.cuda.current_stream(self._device)
-        self._marked[row] = False
-        self._events[row][_START].record(self._stream)
-        self._marked[row, _START] = True
+        self._stream = stream = self._current_stream()
+        self._row_events = events = self._events[self._row]
+        self._record(events[_START], stream)
 
     def mark(self, phase: int) -> None:
-        super().mark(phase)
-        self._events[self._row][phase].record(self._stream)
-        self._marked[self._row, phase] = True
+        self._cur[phase] = time.perf_counter_ns()
+        if phase != Phase.DATA:
+            self._record(self._row_events[phase], self._stream)
 
-    def stop(self, samples: int, loss: Any = None) -> None:
-        self._events[self._row][_END].record(self._stream)
-        self._marked[self._row, _END] = True
-        super().stop(samples, loss)
+    def mark_at(self, phase: int, t_ns: int) -> None:
+        """A host time measured elsewhere; on the device the phase ends where this is called."""
+        super().mark_at(phase, t_ns)
+        if phase != Phase.DATA:
+            self._record(self._row_events[phase], self._stream)
 
     def drain(self) -> np.ndarray:
         n = len(self)
+        marked = self._marks[:n] != 0  # start() zeroes a row: a phase was marked iff its host mark is set
+        marked[:, Phase.DATA] = False  # a host mark alone
         if n:
-            self._events[n - 1][_END].synchronize()  # the device has reached the last mark
+            last = int(np.flatnonzero(marked[n - 1, : Phase.UPDATE + 1])[-1])
+            self._events[n - 1][last].synchronize()  # the device has reached the last mark
+        # each marked phase's device time runs from the previous marked column (START at least)
+        columns = np.arange(Phase.UPDATE + 1)
+        previous = np.maximum.accumulate(np.where(marked[:, : Phase.UPDATE + 1], columns, 0), axis=1)
+        rows_i, phases = np.nonzero(marked[:, Phase.H2D : Phase.UPDATE + 1])
+        phases += Phase.H2D
+        froms = previous[rows_i, phases - 1]
+        events, elapsed = self._events, self._elapsed
         gpu = np.zeros((n, Phase.UPDATE), dtype=np.float64)
-        for i in range(n):
-            events, marked = self._events[i], self._marked[i]
-            previous = events[_START]
-            for phase in range(Phase.DATA, Phase.UPDATE + 1):
-                if marked[phase]:
-                    gpu[i, phase - 1] = previous.elapsed_time(events[phase]) / 1e3  # ms -> s
-                    previous = events[phase]
+        gpu[rows_i, phases - 1] = [
+            elapsed(events[i][a], events[i][b])
+            for i, a, b in zip(rows_i.tolist(), froms.tolist(), phases.tolist(), strict=True)
+        ]
+        gpu /= 1e3  # ms -> s
         losses = self._loss[:n]
-        if n and all(isinstance(v, self._torch.Tensor) for v in losses):
-            # one copy to the host for the block, not one wait for the device per iteration
-            self._loss[:n] = self._torch.stack([v.reshape(()).float() for v in losses]).cpu().tolist()
+        if n and all(isinstance(v, self._torch.Tensor) and v.shape == losses[0].shape for v in losses):
+            # one stack and one copy to the host for the block (14 µs per row with a reshape
+            # and a cast of each), not one wait for the device per iteration
+            self._loss[:n] = self._torch.stack(losses).reshape(n).float().cpu().tolist()
         first = self.first
         rows = super().drain()
         # Reading the next batch is host work: its host time stays. The rest is device time.
@@ -107,6 +160,8 @@ class CudaCommRecorder(CommRecorder):
         self._began: list[Any] = []
         self._ended: list[Any] = []
         self._resolved = 0  # slots whose end time is already the device's
+        self._current_stream = _CurrentStream(None)
+        self._record = _record_method()
         super().__init__(rank, clock_offset, epoch_ns, capacity)
 
     def _alloc(self, capacity: int) -> None:
@@ -119,12 +174,12 @@ class CudaCommRecorder(CommRecorder):
 
     def begin(self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0) -> int:
         slot = super().begin(iteration, op, name, dtype, nbytes, t_ns)
-        self._began[slot].record()
+        self._record(self._began[slot], self._current_stream())
         return slot
 
     def end(self, slot: int, t_ns: int = 0) -> None:
         """Call where the current stream waits for the message (a CUDA future's callback)."""
-        self._ended[slot].record()
+        self._record(self._ended[slot], self._current_stream())
         super().end(slot, t_ns)
 
     def _resolve(self) -> None:
