@@ -95,6 +95,7 @@ HELD_OUT = [
     Column("resid_compute_s", "miss: compute (ms)", _num(2, 1e3)),
     Column("resid_exchange_s", "miss: exchange (ms)", _num(2, 1e3)),
     Column("resid_other_s", "miss: no phase (ms)", _num(2, 1e3)),
+    Column("repeat_spread", "repeats differ", _pct),
 ]
 REPEATS = [
     Column("config", "configuration"), Column("framework", "framework"), Column("backend", "backend"),

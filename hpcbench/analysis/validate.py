@@ -7,6 +7,10 @@ itself: `resid_compute_s` (the compute phases grew or shrank otherwise than mode
 `resid_exchange_s` (the time in the exchange after backward), `resid_other_s` (time in no
 phase); the three add up to measured − predicted.
 
+Where a scale was measured more than once (repeats: points that differ only in seed),
+`repeat_spread` is how far their t_iter lay apart, (largest − smallest) / mean: run-to-run
+variation that no model of the configuration can follow, against which a miss is read.
+
 The report opens with the median and largest |error| per framework × backend.
 """
 
@@ -28,8 +32,9 @@ MIN_SCALES = 3
 HELD_OUT_COLUMNS = [
     "point", "framework", "backend", "model", "ranks", "batch_size", "oversubscribed",
     "measured_t_iter_s", "predicted_t_iter_s", "rel_error",
-    "resid_compute_s", "resid_exchange_s", "resid_other_s", "note",
+    "resid_compute_s", "resid_exchange_s", "resid_other_s", "repeat_spread", "note",
 ]  # fmt: skip
+REPEATS_DIFFER = 0.20  # repeats this far apart make a miss of that size run-to-run variation
 
 
 def _residuals(row: pd.Series, pred: IterationPrediction) -> dict[str, float]:
@@ -111,10 +116,25 @@ def _disturbed_note(point: str, train: Sequence[PointData], stats: pd.DataFrame)
     return f"{DISTURBED}: " + ", ".join(found) if found else ""
 
 
+def repeat_spread(repeats: Sequence[PointData], stats: pd.DataFrame) -> float:
+    """(largest − smallest) / mean of the repeats' t_iter; NaN for fewer than two."""
+    measured = stats["t_iter_s"]
+    times = [float(measured[p.point_id]) for p in repeats if p.point_id in measured.index]
+    mean = sum(times) / len(times) if times else 0.0
+    return (max(times) - min(times)) / mean if len(times) >= 2 and mean > 0 else math.nan
+
+
+def _spread_note(spread: float, repeats: int) -> str:
+    if not spread >= REPEATS_DIFFER:
+        return ""
+    return f"its {repeats} repeats at this scale differ by {spread:.0%} of their mean (run-to-run variation)"
+
+
 def _notes(
-    cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series, stats: pd.DataFrame
-) -> str:
-    notes = (_note(cal, where, train), _wait_note(row, where), _disturbed_note(str(row.name), train, stats))
+    cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series, stats: pd.DataFrame,
+    spread: str,
+) -> str:  # fmt: skip
+    notes = (_note(cal, where, train), _wait_note(row, where), _disturbed_note(str(row.name), train, stats), spread)
     return "; ".join(n for n in notes if n)
 
 
@@ -126,9 +146,12 @@ def _held_out_group(
         train = [p for p in group if p.iterations.shape[0] != scale]
         for p in (p for p in group if p.iterations.shape[0] == scale):
             row = cast(pd.Series, stats.loc[p.point_id])
+            repeats = [q for q in group if q.iterations.shape[0] == scale and q.point.batch_size == p.point.batch_size]
+            spread = repeat_spread(repeats, stats)
+            varies = _spread_note(spread, len(repeats))
             out: dict[str, object] = {
                 "point": p.point_id, "framework": p.point.framework, "backend": p.point.backend,
-                "model": p.point.model, "ranks": scale, "batch_size": p.point.batch_size,
+                "model": p.point.model, "ranks": scale, "batch_size": p.point.batch_size, "repeat_spread": spread,
             }  # fmt: skip
             where = derived.placement(p)
             out["oversubscribed"] = where.oversubscribed
@@ -136,12 +159,12 @@ def _held_out_group(
                 cal = predict.calibrate(train, stats, link, derived)
                 pred = predict.predict_point(cal, scale, p.point.batch_size, overlap=True, placement=where)
             except ModelError as exc:
-                rows.append({**out, "note": f"no prediction: {exc}"})
+                rows.append({**out, "note": "; ".join(filter(None, (f"no prediction: {exc}", varies)))})
                 continue
             measured = float(row["t_iter_s"])
             error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
             rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter, "rel_error": error,
-                         **_residuals(row, pred), "note": _notes(cal, where, train, row, stats)})  # fmt: skip
+                         **_residuals(row, pred), "note": _notes(cal, where, train, row, stats, varies)})  # fmt: skip
     return rows
 
 
@@ -190,5 +213,11 @@ def headline(table: pd.DataFrame) -> str:
         tail += (
             f"; held-out points predicted from or measured beside other work (other processes' CPUs, "
             f"a hypervisor's steal): {disturbed}"
+        )
+    varied = int((table["repeat_spread"] >= REPEATS_DIFFER).sum())
+    if varied:
+        tail += (
+            f"; held-out points whose repeats at their scale differ by {REPEATS_DIFFER:.0%} or more "
+            f"(run-to-run variation no model follows): {varied}"
         )
     return "Model held-out error (leave one scale out): " + "; ".join(parts) + tail + "."

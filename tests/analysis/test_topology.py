@@ -281,6 +281,32 @@ def test_the_calibration_point_is_the_mean_of_its_repeats(tmp_path: Path) -> Non
     assert pred.loc[(1, 0), "rel_error"] == pytest.approx(1 / 0.9 - 1, rel=1e-6)  # each repeat against the mean
 
 
+def test_a_held_out_point_says_how_far_its_repeats_lay_apart(tmp_path: Path) -> None:
+    # four ranks run twice (seeds 0 and 1), 20 % faster and 20 % slower than the compute that
+    # one and two ranks measured (no exchange, no contention): each held-out four-rank row
+    # misses by its own deviation, carries the repeats' spread (0.4 of their mean) and says so
+    truth = FORWARD + BACKWARD + UPDATE
+    for ranks, seed, scale in ((1, 0, 1.0), (2, 0, 1.0), (4, 0, 0.8), (4, 1, 1.2)):
+        it = iterations(ranks, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
+        point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=ranks, batch_size=8, seed=seed)
+        write_point_file(tmp_path / f"{point.id}.h5", point, it)
+    analysis = tables.analyse(tmp_path)
+    assert len(analysis.held_out) == 4
+    four = analysis.held_out[analysis.held_out["ranks"] == 4]
+    assert four["predicted_t_iter_s"].tolist() == pytest.approx([truth, truth], rel=1e-6)
+    assert sorted(four["rel_error"].tolist()) == pytest.approx([1 / 1.2 - 1, 1 / 0.8 - 1], rel=1e-6)
+    assert four["repeat_spread"].tolist() == pytest.approx([0.4, 0.4], rel=1e-6)
+    for note in four["note"]:
+        assert "its 2 repeats at this scale differ by 40% of their mean (run-to-run variation)" in note
+    others = analysis.held_out[analysis.held_out["ranks"] < 4]
+    assert others["repeat_spread"].isna().all() and not others["note"].str.contains("repeats").any()
+    assert (
+        "held-out points whose repeats at their scale differ by 20% or more (run-to-run variation"
+        in (analysis.headlines[0])
+    )
+    assert analysis.headlines[0].rstrip(".").endswith(": 2")
+
+
 def test_one_ranks_own_exchange_is_predicted_at_one_rank_only(tmp_path: Path) -> None:
     # A backend's all-reduce over one rank sends nothing but still takes 1 ms (its hooks, its
     # buckets' copies): the one-rank calibration point is predicted with it, exactly, and the
