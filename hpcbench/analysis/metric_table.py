@@ -41,7 +41,7 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("t_iter_s", "t_iter (ms)", number(2, 1e3), "median over iterations of the slowest rank", repeated=True),
+    Metric("t_iter_s", "t_iter (ms)", number(2, 1e3), "median over iterations of the ranks' mean", repeated=True),
     Metric("throughput", "samples/s", number(1), "samples/s", "Throughput X = N·b / t_iter", repeated=True),
     Metric("speedup", "speedup", number(2), "S(N) = X(N) / X(1)", repeated=True),
     Metric(
