@@ -153,14 +153,17 @@ class CudaCommRecorder(CommRecorder):
     Drain the phase recorder first: its `comm_total` column sums these durations.
     """
 
-    def __init__(self, rank: int, clock_offset: int, epoch_ns: int, capacity: int = INITIAL_CAPACITY) -> None:
+    def __init__(
+        self, rank: int, clock_offset: int, epoch_ns: int, capacity: int = INITIAL_CAPACITY, device: Any = None
+    ) -> None:
+        """`device`: the training device (default: the current one when this is made)."""
         import torch
 
         self._torch = torch
         self._began: list[Any] = []
         self._ended: list[Any] = []
         self._resolved = 0  # slots whose end time is already the device's
-        self._current_stream = _CurrentStream(None)
+        self._current_stream = _CurrentStream(device)
         self._record = _record_method()
         super().__init__(rank, clock_offset, epoch_ns, capacity)
 

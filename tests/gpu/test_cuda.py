@@ -88,6 +88,37 @@ def test_phases_are_device_time_and_the_host_never_waits(spin: Callable[[float],
     assert (rows["t_end"] > rows["t_start"]).all()
 
 
+def test_an_unmarked_phase_lasts_nothing_and_the_next_runs_from_the_last_mark(
+    spin: Callable[[float], None], clock: tuple[int, int]
+) -> None:
+    """Iterations without an exchange mark no `comm` (a one-rank step): on the device it lasts
+    0 s and `update` runs from backward's end; the block's last row is one of them."""
+    from hpcbench.trace.cuda import CudaRecorder
+
+    iterations = 4
+    rec = CudaRecorder(iterations, *clock, torch.device("cuda", 0))
+    for i in range(iterations):
+        rec.start()
+        rec.mark(Phase.DATA)
+        spin(PLAN_MS["h2d"])
+        rec.mark(Phase.H2D)
+        spin(PLAN_MS["forward"])
+        rec.mark(Phase.FORWARD)
+        spin(PLAN_MS["backward"])
+        rec.mark(Phase.BACKWARD)
+        if i % 2 == 0:
+            spin(PLAN_MS["comm"])
+            rec.mark(Phase.COMM)
+        spin(PLAN_MS["update"])
+        rec.mark(Phase.UPDATE)
+        rec.stop(64)
+    rows = rec.drain()
+    assert rows["comm"][0::2] * 1e3 == pytest.approx([PLAN_MS["comm"]] * 2, rel=0.1, abs=0.05)
+    assert (rows["comm"][1::2] == 0).all()
+    for phase in ("h2d", "forward", "backward", "update"):
+        assert rows[phase] * 1e3 == pytest.approx(np.full(iterations, PLAN_MS[phase]), rel=0.1, abs=0.05), phase
+
+
 @pytest.fixture
 def nccl_world(tmp_path: Path) -> Iterator[Any]:
     """A real one-rank NCCL process group, its communicator made (NCCL makes it lazily, in

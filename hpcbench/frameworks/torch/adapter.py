@@ -253,7 +253,7 @@ class TorchFramework(Framework):
         if self.device.type == "cuda":
             from hpcbench.trace.cuda import CudaCommRecorder
 
-            return CudaCommRecorder(rank, clock_offset, epoch_ns)
+            return CudaCommRecorder(rank, clock_offset, epoch_ns, device=self.device)
         return super().comm_recorder(rank, clock_offset, epoch_ns)
 
     def versions(self) -> dict[str, str]:
