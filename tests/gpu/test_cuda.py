@@ -54,6 +54,27 @@ def clock() -> tuple[int, int]:
     return clock_offset_ns(), time.time_ns()
 
 
+def queue_step(rec: Any, spin: Callable[[float], None], backward_marks: int = 1, comm: bool = True) -> None:
+    """One iteration of PLAN_MS's device work, each phase marked where its work was queued:
+    backward in `backward_marks` parts (a mark per gradient ready), `comm` left unmarked
+    without `comm`."""
+    rec.start()
+    rec.mark(Phase.DATA)
+    spin(PLAN_MS["h2d"])
+    rec.mark(Phase.H2D)
+    spin(PLAN_MS["forward"])
+    rec.mark(Phase.FORWARD)
+    for _ in range(backward_marks):
+        spin(PLAN_MS["backward"] / backward_marks)
+        rec.mark(Phase.BACKWARD)
+    if comm:
+        spin(PLAN_MS["comm"])
+        rec.mark(Phase.COMM)
+    spin(PLAN_MS["update"])
+    rec.mark(Phase.UPDATE)
+    rec.stop(64)
+
+
 def test_phases_are_device_time_and_the_host_never_waits(spin: Callable[[float], None], clock: tuple[int, int]) -> None:
     from hpcbench.trace.cuda import CudaRecorder
 
@@ -61,22 +82,8 @@ def test_phases_are_device_time_and_the_host_never_waits(spin: Callable[[float],
     rec = CudaRecorder(iterations, *clock, torch.device("cuda", 0))
     torch.cuda.synchronize()
     host0 = time.perf_counter()
-    for _ in range(iterations):
-        rec.start()
-        rec.mark(Phase.DATA)
-        spin(PLAN_MS["h2d"])
-        rec.mark(Phase.H2D)
-        spin(PLAN_MS["forward"])
-        rec.mark(Phase.FORWARD)
-        spin(PLAN_MS["backward"] / 2)
-        rec.mark(Phase.BACKWARD)  # a first gradient ready (an exchange's hook) ...
-        spin(PLAN_MS["backward"] / 2)
-        rec.mark(Phase.BACKWARD)  # ... and the last one: this mark stands
-        spin(PLAN_MS["comm"])
-        rec.mark(Phase.COMM)
-        spin(PLAN_MS["update"])
-        rec.mark(Phase.UPDATE)
-        rec.stop(64)
+    for _ in range(iterations):  # a first gradient ready (an exchange's hook), then the last: its mark stands
+        queue_step(rec, spin, backward_marks=2)
     host_s = time.perf_counter() - host0
     device_s = iterations * sum(PLAN_MS.values()) / 1e3
     assert host_s < device_s / 4, f"the host waited for the device: {host_s:.3f} s for {device_s:.3f} s of work"
@@ -98,20 +105,7 @@ def test_an_unmarked_phase_lasts_nothing_and_the_next_runs_from_the_last_mark(
     iterations = 4
     rec = CudaRecorder(iterations, *clock, torch.device("cuda", 0))
     for i in range(iterations):
-        rec.start()
-        rec.mark(Phase.DATA)
-        spin(PLAN_MS["h2d"])
-        rec.mark(Phase.H2D)
-        spin(PLAN_MS["forward"])
-        rec.mark(Phase.FORWARD)
-        spin(PLAN_MS["backward"])
-        rec.mark(Phase.BACKWARD)
-        if i % 2 == 0:
-            spin(PLAN_MS["comm"])
-            rec.mark(Phase.COMM)
-        spin(PLAN_MS["update"])
-        rec.mark(Phase.UPDATE)
-        rec.stop(64)
+        queue_step(rec, spin, comm=i % 2 == 0)
     rows = rec.drain()
     assert rows["comm"][0::2] * 1e3 == pytest.approx([PLAN_MS["comm"]] * 2, rel=0.1, abs=0.05)
     assert (rows["comm"][1::2] == 0).all()
