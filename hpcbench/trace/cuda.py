@@ -2,14 +2,15 @@
 
 `CudaRecorder` keeps the CPU marks of `Recorder` (t_start / t_end stay host times on the
 common clock) and also records a CUDA event at the marks that bound a device phase, on the
-stream the work was queued on. Phase durations then come from the events: what the device spent between the
-marks, not when the host queued the kernels (the `data` phase, host work, keeps its host
-time). A phase marked several times ends at its last mark, on the device too (re-recording
-an event moves it): the exchanges' hooks mark `backward` each time a gradient is ready.
-Marks are recorded on the stream current when the iteration started (the training stream,
-which autograd's threads also run backward on), looked up once per iteration.
-Nothing waits for the device inside a step: events live in a ring of `capacity` rows and
-are read in `drain`, between iterations, after one synchronisation on the last event recorded.
+stream the work was queued on. Phase durations then come from the events: what the device
+spent between the marks, not when the host queued the kernels (the `data` phase, host
+work, keeps its host time). A phase marked several times ends at its last mark, on the
+device too (re-recording an event moves it): the exchanges' hooks mark `backward` each
+time a gradient is ready. Marks are recorded on the stream current when the iteration
+started (the training stream, which autograd's threads also run backward on), looked up
+once per iteration. Nothing waits for the device inside a step: events live in a ring of
+`capacity` rows and are read in `drain`, between iterations, after one synchronisation on
+the last event recorded.
 
 A mark is on the hot path of a step that, for a small model, is the host's launch time
 alone, so it does as little as it can (in a tight loop on an H200's host, an iteration's
