@@ -67,7 +67,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sample-period", type=float, default=Options.sample_period_s, help="resource sampler period (s)")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: NCCL, CUDA events, NVML")
     ap.add_argument(
-        "--record", choices=("all", "phases"), default="all", help="phases: phase marks only (no messages, no sampler)"
+        "--record",
+        choices=("all", "phases", "host"),
+        default="all",
+        help="phases: phase marks only (no messages, no sampler); host: the marks' host clocks only (no CUDA events)",
     )
     return ap.parse_args()
 
@@ -84,7 +87,9 @@ def measure(args: argparse.Namespace, fw: TorchFramework, point: Point) -> Times
         row = np.zeros((), dtype=schema.RANK_DTYPE)
         meta = FileMeta(root={"epoch_ns": 0}, point={"id": "bench", "json": point.to_json()})
         writer = open_writer(Path(tmp) / "bench.h5", SelfComm(), meta, n_on, row, "gather")
-        on = fw.recorder(args.flush_every, offset, 0)
+        on = (
+            Recorder(args.flush_every, offset, 0) if args.record == "host" else fw.recorder(args.flush_every, offset, 0)
+        )
         on.comm = fw.comm_recorder(0, offset, 0) if args.record == "all" else None
         sampler = Sampler(0, args.sample_period, offset, 0, gpu_index=0 if cuda else None)
 
