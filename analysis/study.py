@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python analysis/seedNNN_x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
-from hpcbench.analysis import report, tables  # noqa: E402
+from hpcbench.analysis.report import html as report
+from hpcbench.analysis import tables  # noqa: E402
 from hpcbench.errors import HpcbenchError  # noqa: E402
 from hpcbench.plan import capabilities, envs  # noqa: E402
 from hpcbench.sweepdir.atomic import write_text_atomic  # noqa: E402

@@ -127,7 +127,8 @@ def peak_rss_gb() -> float:
 
 
 def measure(directory: Path) -> None:
-    from hpcbench.analysis import exposure, stragglers, tables
+    from hpcbench.analysis.stragglers import exposure, find as stragglers
+    from hpcbench.analysis import tables
 
     start = time.perf_counter()
     analysis = tables.analyse(directory)

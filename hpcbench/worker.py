@@ -187,12 +187,12 @@ class PointRun:
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
         extra: dict[str, Any] = {
             **framework.versions(),
-            "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/fit.py)
+            "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/model/fit.py)
             "writer": kind,
             # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
             "resource_sources": comm.allgather(self.sampler.sources),
         }
-        # the threads a rank computes on (analysis/contention.py): the most any rank took
+        # the threads a rank computes on (analysis/model/contention.py): the most any rank took
         threads = _most(comm.allgather(framework.compute_threads(point)))
         if threads is not None:
             extra["compute_threads"] = threads

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcbench.analysis import forecast, forecast_spec
+from hpcbench.analysis.model import forecast, forecast_spec
 from hpcbench.errors import SpecError
 from tests.analysis.helpers import ALPHA, BATCH, BETA, model_point
 from tests.conftest import run_module

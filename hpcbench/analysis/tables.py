@@ -21,10 +21,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, exposure, metrics, predict, resources, stats, stragglers, validate
-from hpcbench.analysis.collectives import LinkCost
-from hpcbench.analysis.contention import placement_of
-from hpcbench.analysis.exposure import Exposure
+from hpcbench.analysis import accuracy, metrics, resources, stats
+from hpcbench.analysis.stragglers import exposure, find as stragglers
+from hpcbench.analysis.model import predict, validate
+from hpcbench.analysis.model.collectives import LinkCost
+from hpcbench.analysis.model.contention import placement_of
+from hpcbench.analysis.stragglers.exposure import Exposure
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
 from hpcbench.store.reader import PointData, read_point

@@ -20,9 +20,11 @@ from typing import TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, resources, tables, trace_export, whatif
-from hpcbench.analysis.collectives import LinkCost
-from hpcbench.analysis.contention import placement_of
+from hpcbench.analysis import metrics, resources, tables
+from hpcbench.analysis.export import chrome as trace_export
+from hpcbench.analysis.stragglers import whatif
+from hpcbench.analysis.model.collectives import LinkCost
+from hpcbench.analysis.model.contention import placement_of
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
@@ -90,8 +92,8 @@ def cmd_trace(path: Path, output: Path, out: TextIO, ideal: bool = False) -> int
 
 
 def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
-    from hpcbench.analysis import report  # matplotlib only for this command
-    from hpcbench.analysis.calibration import link_from_commbench
+    from hpcbench.analysis.report import html as report  # matplotlib only for this command
+    from hpcbench.analysis.model.linkfit import link_from_commbench
 
     link: LinkCost | None = link_from_commbench(commbench) if commbench else None
     with FileProgress() as tick:

@@ -318,7 +318,7 @@ def write_results(path: Path, rows: np.ndarray, attrs: dict[str, Any]) -> None:
 
 
 def _mpi_attrs(backend: str) -> dict[str, str]:
-    """What says which algorithm an MPI all-reduce ran (analysis/mpi_rules.py): the library's
+    """What says which algorithm an MPI all-reduce ran (analysis/model/mpi_rules.py): the library's
     version string and the Open MPI collective settings of the environment (JSON)."""
     if backend != "mpi":
         return {}

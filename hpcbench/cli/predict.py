@@ -5,7 +5,7 @@
     hpcbench predict TABLE.yaml [--csv OUT.csv]          a published table (hpcbench/analysis/published/):
                                                          every cell predicted beside its published value
 
-The file's format is hpcbench.analysis.forecast_spec's (docs/metrics-and-model.md has a
+The file's format is hpcbench.analysis.model.forecast_spec's (docs/metrics-and-model.md has a
 worked example). The table gives, per node count, ranks, predicted t_iter, throughput,
 efficiency and exposed communication, with and without overlap; `--csv` writes the columns
 `nodes, ranks, t_iter_s, throughput, efficiency, exposed_comm_s` and the rest.
@@ -21,7 +21,8 @@ from typing import TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import forecast, forecast_spec, published
+from hpcbench.analysis.model import forecast, forecast_spec
+from hpcbench.analysis import published
 from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, SpecError

@@ -116,7 +116,7 @@ class Framework(ABC):
 
     def compute_threads(self, point: Point) -> int | None:
         """Threads each rank computes on, for the provenance's `compute_threads` (the model's
-        CPU contention counts them, analysis/contention.py): the point's `threads`, which the
+        CPU contention counts them, analysis/model/contention.py): the point's `threads`, which the
         framework heeds (None: its default, not known here). A framework whose runtime takes
         another count whatever `threads` says returns the count it takes."""
         return point.threads
@@ -125,7 +125,7 @@ class Framework(ABC):
         """What a message's recorded end is, for the provenance's `comm_end`: "completion"
         (the moment the backend completed it: a callback, an in-graph stamp, a blocking
         call's return) or "wait" (the moment a wait, in the order the messages were started,
-        once backward is over, returned it; analysis/fit.py)."""
+        once backward is over, returned it; analysis/model/fit.py)."""
         return schema.COMM_END_COMPLETION
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to release by default

@@ -14,6 +14,7 @@ import numpy as np
 from hpcbench.errors import HpcbenchError, SchemaError
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.store.traits import Traits, legacy
 
 
 @dataclass
@@ -51,6 +52,16 @@ class PointData:
         """The ranks' recorded environment (provenance `environment`); {} where none was recorded."""
         recorded = self.provenance.get("environment", {})
         return {str(k): str(v) for k, v in recorded.items()} if isinstance(recorded, dict) else {}
+
+    @property
+    def traits(self) -> Traits:
+        """How the point's backend and launcher behave (store/traits.py): as the rank recorded
+        them (provenance `traits`), or, in a file written before they were, as the built-in
+        backend of that name behaved then."""
+        recorded = self.provenance.get("traits")
+        if isinstance(recorded, dict):
+            return Traits.from_mapping(recorded)
+        return legacy(self.point.framework, self.point.backend, self.point.launcher)
 
 
 def _plain(value: Any) -> Any:

@@ -32,7 +32,7 @@ import pandas as pd
 import yaml
 
 from hpcbench.analysis import tables
-from hpcbench.analysis.predict import fit_link_from_points
+from hpcbench.analysis.model.predict import fit_link_from_points
 from hpcbench.cli import predict
 from hpcbench.errors import HpcbenchError
 from hpcbench.sweepdir.manifest import DONE, Manifest

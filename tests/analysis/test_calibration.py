@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from hpcbench.analysis import calibration, forecast, forecast_spec
-from hpcbench.analysis.collectives import LinkCost, ring_allreduce
+from hpcbench.analysis.model import linkfit as calibration, forecast, forecast_spec
+from hpcbench.analysis.model.collectives import LinkCost, ring_allreduce
 from hpcbench.cli.commbench import write_results
 from hpcbench.errors import SpecError
 from hpcbench.store.commfile import KIND, RESULT_DTYPE, VERSION, bus_bandwidth

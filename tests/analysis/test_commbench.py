@@ -11,8 +11,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.analysis import calibration, mpi_rules
-from hpcbench.analysis.collectives import ring_allreduce
+from hpcbench.analysis.model import linkfit as calibration, mpi_rules
+from hpcbench.analysis.model.collectives import ring_allreduce
 from hpcbench.errors import HpcbenchError
 from hpcbench.rank.collectives import library_version
 from hpcbench.testing.mpi import MPI_ENV, run_mpi

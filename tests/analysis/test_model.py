@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench.analysis import collectives, fit, model, predict
-from hpcbench.analysis.model import Layer, LinkCost, ModelError, PhaseTimes
+from hpcbench.analysis.model import collectives, fit, iteration as model, predict
+from hpcbench.analysis.model.iteration import Layer, LinkCost, ModelError, PhaseTimes
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.store import commfile

@@ -58,7 +58,7 @@ def test_dgx1_parameter_server_columns_meet_the_goal_alexnet_misses() -> None:
 
 def test_a_published_cell_is_a_prediction_file_run() -> None:
     # the 2-instance ResNet-50 cell by hand: the same spec through forecast_spec + forecast
-    from hpcbench.analysis import forecast, forecast_spec
+    from hpcbench.analysis.model import forecast, forecast_spec
 
     raw = {"model": "resnet50", "batch_size": 64, "single_rank": {"throughput": 52.4}, "nodes": [2],
            "ranks_per_node": 8, "links": {"intra": {"bandwidth_gbps": 126, "latency_us": 5},

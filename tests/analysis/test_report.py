@@ -128,7 +128,7 @@ def test_analysis_and_report_import_no_framework_and_no_mpi(torch_sweep: Path, t
         "    runpy.run_module('hpcbench.analyze', run_name='__main__')\n"
         "except SystemExit as e:\n"
         "    assert e.code == 0, e.code\n"
-        "import hpcbench.analysis.tables, hpcbench.analysis.report, hpcbench.analysis.predict\n"
+        "import hpcbench.analysis.tables, hpcbench.analysis.report.html, hpcbench.analysis.model.predict\n"
         "heavy = ('torch', 'mpi4py', 'mpi4py.MPI', 'tensorflow', 'mxnet', 'horovod')\n"
         "print('LOADED', [m for m in heavy if m in sys.modules])\n"
     )

@@ -1,4 +1,4 @@
-"""Parameter-server backends in sweep predictions (hpcbench.analysis.servers), against numbers
+"""Parameter-server backends in sweep predictions (hpcbench.analysis.model.servers), against numbers
 worked out by hand: the step cost of a push and a pull through S servers, the link read back
 from recorded transfers, and leave-one-scale-out on a sweep of pushes and pulls that follows
 the model exactly."""
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hpcbench.analysis import tables
-from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError
-from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
+from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError
+from hpcbench.analysis.model.servers import Servers, link_from_transfers, servers_of
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
 from tests.analysis.helpers import comm_rows, iterations

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.analysis import skew, tables
+from hpcbench.analysis.model import skew
+from hpcbench.analysis import tables
 from tests.analysis.helpers import EXPECTED_MAX, model_point
 
 # Expected largest of n standard normal draws, as the tables of normal order statistics give them.

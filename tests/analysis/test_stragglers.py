@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.analysis import exposure, metrics, stragglers, tables, timed, whatif
-from hpcbench.analysis.timed import SAMPLE_ITERATIONS, timed_columns
+from hpcbench.analysis.stragglers import exposure, find as stragglers, timed, whatif
+from hpcbench.analysis import metrics, tables
+from hpcbench.analysis.stragglers.timed import SAMPLE_ITERATIONS, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
 from hpcbench.store.schema import COMM_DTYPE

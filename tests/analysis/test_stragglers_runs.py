@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.analysis import metrics, resources, stragglers
+from hpcbench.analysis import metrics, resources
+from hpcbench.analysis.stragglers import find as stragglers
 from hpcbench.store.reader import PointData
 from tests.conftest import run_sweep, spec_text
 

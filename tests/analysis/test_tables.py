@@ -59,7 +59,7 @@ def test_predictions_match_a_sweep_that_follows_the_model(model_sweep: tuple[Pat
 
 
 def test_commbench_link_replaces_the_message_fit(model_sweep: tuple[Path, dict[int, float]]) -> None:
-    from hpcbench.analysis.model import LinkCost
+    from hpcbench.analysis.model.iteration import LinkCost
 
     analysis = tables.analyse(model_sweep[0], link=LinkCost(2 * ALPHA, BETA))
     row = analysis.predictions.set_index("ranks").loc[8]
@@ -206,7 +206,8 @@ def test_empty_frames_are_handled() -> None:
 def test_points_alike_but_for_their_environment_are_told_apart(tmp_path: Path) -> None:
     """Theano 1.0.5 and PyTensor both run `theano/mpi`: the environment is a column of the
     summary, of `analyze`'s table and of the report's tables once a point names one."""
-    from hpcbench.analysis import metrics, report
+    from hpcbench.analysis import metrics
+    from hpcbench.analysis.report import html as report
     from hpcbench.cli.analyze import format_table
 
     plain = tmp_path / "plain"

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.analysis import collectives as co
-from hpcbench.analysis import exchange as ex
-from hpcbench.analysis import model, tables, validate
-from hpcbench.analysis.contention import (
+from hpcbench.analysis.model import collectives as co
+from hpcbench.analysis.model import exchange as ex
+from hpcbench.analysis.model import iteration as model, validate
+from hpcbench.analysis import tables
+from hpcbench.analysis.model.contention import (
     Placement,
     compute_scale,
     effective_cores_from_wait,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench.analysis import fit
+from hpcbench.analysis.model import fit
 from hpcbench.plan import envs
 from hpcbench.store.reader import PointData
 from hpcbench.testing.datasets import make_mnist

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpcbench.analysis import calibration
+from hpcbench.analysis.model import linkfit as calibration
 from hpcbench.trace.recorder import Phase, clock_offset_ns
 from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text

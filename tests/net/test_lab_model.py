@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.analysis.calibration import link_from_commbench
+from hpcbench.analysis.model.linkfit import link_from_commbench
 from hpcbench.testing.mpi import MPI_ENV
 from hpcbench.testing.netlab import TCP_PAYLOAD_FRACTION, Shaping
 from tests.net.conftest import NODES, NetCluster

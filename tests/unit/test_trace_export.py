@@ -1,4 +1,4 @@
-"""hpcbench.analysis.trace_export against the Chrome Trace Event Format, on arrays built by hand.
+"""hpcbench.analysis.export.chrome against the Chrome Trace Event Format, on arrays built by hand.
 
 3 ranks (two on node-a, one on node-b) x 4 iterations, iteration 0 a warm-up; rank 0 has
 four gradient messages of which three overlap (three lanes), rank 1 one message, rank 2
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hpcbench.analysis.trace_export import chrome_trace, write_chrome_trace
+from hpcbench.analysis.export.chrome import chrome_trace, write_chrome_trace
 from hpcbench.store.schema import COMM_DTYPE, ITERATION_DTYPE, PHASES, RANK_DTYPE, RESOURCE_DTYPE
 
 N_RANKS = 3

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from hpcbench.analysis import forecast, forecast_spec
+from hpcbench.analysis.model import forecast, forecast_spec
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import parse_yaml
 

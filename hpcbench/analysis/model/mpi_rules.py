@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from hpcbench.analysis.collectives import LinkCost, check_ranks
+from hpcbench.analysis.model.collectives import LinkCost, check_ranks
 
 RING, DOUBLING, RABENSEIFNER, REDUCE_BCAST = "ring", "recursive doubling", "rabenseifner", "reduce+broadcast"
 KiB = 1024

@@ -28,7 +28,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.timed import Sample, message_stride
+from hpcbench.analysis.stragglers.timed import Sample, message_stride
 
 BUCKET_COLUMNS = ["point", "op", "bucket", "messages", "bytes", "mean_s", "hidden_share", "exposed_mean_s",
                   "exposed_share"]  # fmt: skip

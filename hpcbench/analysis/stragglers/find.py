@@ -28,8 +28,9 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import exposure, resources, whatif
-from hpcbench.analysis.timed import BLOCK_PHASES, Sample
+from hpcbench.analysis.stragglers import exposure, whatif
+from hpcbench.analysis import resources
+from hpcbench.analysis.stragglers.timed import BLOCK_PHASES, Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import mpi_rules
-from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError
-from hpcbench.analysis.model import Layer
+from hpcbench.analysis.model import mpi_rules
+from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError
+from hpcbench.analysis.model.iteration import Layer
 
 
 @dataclass(frozen=True)

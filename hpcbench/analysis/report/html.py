@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import figures, metrics, straggler_report
+from hpcbench.analysis.report import figures, stragglers as straggler_report
+from hpcbench.analysis import metrics
 from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.tables import Analysis
 from hpcbench.sweepdir.atomic import write_text_atomic

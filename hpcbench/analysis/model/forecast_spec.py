@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcbench.analysis import calibration, mpi_rules
-from hpcbench.analysis.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
-from hpcbench.analysis.exchange import Exchange
-from hpcbench.analysis.model import Layer, PhaseTimes
+from hpcbench.analysis.model import linkfit as calibration, mpi_rules
+from hpcbench.analysis.model.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
+from hpcbench.analysis.model.exchange import Exchange
+from hpcbench.analysis.model.iteration import Layer, PhaseTimes
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import parse_yaml
 from hpcbench.workloads import zoo

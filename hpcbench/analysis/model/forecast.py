@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import collectives as co
-from hpcbench.analysis import exchange as ex
-from hpcbench.analysis import metrics, mpi_rules, predict, tables
-from hpcbench.analysis.contention import placement_of, pollers
-from hpcbench.analysis.forecast_spec import ForecastSpec, Level
-from hpcbench.analysis.model import Layer, PhaseTimes
+from hpcbench.analysis.model import collectives as co
+from hpcbench.analysis.model import exchange as ex
+from hpcbench.analysis import metrics, tables
+from hpcbench.analysis.model import mpi_rules, predict
+from hpcbench.analysis.model.contention import placement_of, pollers
+from hpcbench.analysis.model.forecast_spec import ForecastSpec, Level
+from hpcbench.analysis.model.iteration import Layer, PhaseTimes
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["nodes", "ranks", "t_iter_s", "throughput", "efficiency", "exposed_comm_s"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError, parameter_server
+from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError, parameter_server
 from hpcbench.spec import Point
 
 # The backends whose exchange goes through parameter servers, and whether a step waits for

@@ -52,9 +52,10 @@ from typing import cast
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import fit, metrics, mpi_rules, skew
-from hpcbench.analysis.collectives import LinkCost, ModelError, ring_link
-from hpcbench.analysis.contention import (
+from hpcbench.analysis.model import fit, mpi_rules, skew
+from hpcbench.analysis import metrics
+from hpcbench.analysis.model.collectives import LinkCost, ModelError, ring_link
+from hpcbench.analysis.model.contention import (
     SLEEPING_WAITS,
     Placement,
     compute_scale,
@@ -67,9 +68,9 @@ from hpcbench.analysis.contention import (
     ranks_take_turns,
     rings_that_wait,
 )
-from hpcbench.analysis.exchange import HOROVOD_CYCLE_S
-from hpcbench.analysis.model import IterationPrediction, Layer, PhaseTimes, predict_iteration
-from hpcbench.analysis.servers import Servers, link_from_transfers, servers_of
+from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
+from hpcbench.analysis.model.iteration import IterationPrediction, Layer, PhaseTimes, predict_iteration
+from hpcbench.analysis.model.servers import Servers, link_from_transfers, servers_of
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData
 

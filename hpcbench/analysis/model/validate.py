@@ -22,10 +22,11 @@ from typing import cast
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, predict, resources
-from hpcbench.analysis.collectives import LinkCost, ModelError
-from hpcbench.analysis.contention import Placement, placement_of
-from hpcbench.analysis.model import IterationPrediction
+from hpcbench.analysis import metrics, resources
+from hpcbench.analysis.model import predict
+from hpcbench.analysis.model.collectives import LinkCost, ModelError
+from hpcbench.analysis.model.contention import Placement, placement_of
+from hpcbench.analysis.model.iteration import IterationPrediction
 from hpcbench.store.reader import PointData
 
 MIN_SCALES = 3

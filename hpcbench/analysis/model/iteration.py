@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hpcbench.analysis.collectives import LinkCost, MessageCost, ModelError, check_ranks, ring_message_cost
+from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError, check_ranks, ring_message_cost
 
 
 @dataclass(frozen=True)

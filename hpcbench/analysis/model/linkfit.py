@@ -31,8 +31,8 @@ import h5py
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import mpi_rules
-from hpcbench.analysis.collectives import LinkCost
+from hpcbench.analysis.model import mpi_rules
+from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.errors import HpcbenchError
 from hpcbench.store import commfile
 

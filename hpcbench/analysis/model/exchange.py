@@ -20,8 +20,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from hpcbench.analysis.collectives import ModelError
-from hpcbench.analysis.model import Layer
+from hpcbench.analysis.model.collectives import ModelError
+from hpcbench.analysis.model.iteration import Layer
 
 MB = 1024 * 1024
 DDP_BUCKET_BYTES = 25 * MB  # torch DistributedDataParallel(bucket_cap_mb=25)

@@ -1,0 +1,1 @@
+"""The performance model: collectives, exchanges, contention, fit, prediction, forecasts, validation."""

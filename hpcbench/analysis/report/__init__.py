@@ -1,0 +1,1 @@
+"""The HTML report: figures, tables and the straggler section."""
