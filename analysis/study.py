@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python analysis/seedNNN_x.py` from a checkout
     sys.path.insert(0, str(ROOT))
 
-from hpcbench.analysis.report import html as report
-from hpcbench.analysis import tables  # noqa: E402
+from hpcbench.analysis import pipeline, tables  # noqa: E402
+from hpcbench.analysis.report import html as report  # noqa: E402
 from hpcbench.errors import HpcbenchError  # noqa: E402
 from hpcbench.plan import capabilities, envs  # noqa: E402
 from hpcbench.sweepdir.atomic import write_text_atomic  # noqa: E402
@@ -38,7 +38,7 @@ SMOKE = {"iterations": 2, "warmup": 1, "epochs": 1}  # smoke runs: prove the pip
 SMOKE_MAX_RANKS = 2
 SMOKE_MAX_BATCH = 4
 
-TableMaker = Callable[[tables.Analysis], pd.DataFrame]
+TableMaker = Callable[[pipeline.Analysis], pd.DataFrame]
 
 
 def parse_args(argv: Sequence[str] | None, name: str, about: str) -> argparse.Namespace:
@@ -255,7 +255,7 @@ def main(spec: Path, title: str, make_table: TableMaker, argv: Sequence[str] | N
     write_text_atomic(out / "spec.yaml", yaml.safe_dump(raw, sort_keys=False))
     combined = run_sweeps(raw, out)
     try:
-        analysis = tables.analyse(combined)
+        analysis = pipeline.analyse(combined)
     except HpcbenchError as exc:
         print(f"{title}: no results to tabulate ({exc})")
         return 0

@@ -127,11 +127,12 @@ def peak_rss_gb() -> float:
 
 
 def measure(directory: Path) -> None:
-    from hpcbench.analysis.stragglers import exposure, find as stragglers
-    from hpcbench.analysis import tables
+    from hpcbench.analysis import pipeline
+    from hpcbench.analysis.stragglers import exposure
+    from hpcbench.analysis.stragglers import find as stragglers
 
     start = time.perf_counter()
-    analysis = tables.analyse(directory)
+    analysis = pipeline.analyse(directory)
     seconds = time.perf_counter() - start
     peak_gb = peak_rss_gb()
     # the straggler part again, alone: the messages' exposure pass and the attribution and replay

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import tables
+from hpcbench.analysis import pipeline
 
 
 def run(spec: Path, out: Path) -> pd.DataFrame:
     subprocess.run([sys.executable, "-m", "hpcbench.sweep", str(spec), "--out", str(out)], check=True,
                    stdout=subprocess.DEVNULL)  # fmt: skip
-    return tables.analyse(out).held_out
+    return pipeline.analyse(out).held_out
 
 
 def main() -> None:

@@ -89,7 +89,7 @@ class FileProgress:
     nothing otherwise (the analysis' own output is what a log needs).
 
         with FileProgress() as tick:
-            tables.analyse(directory, on_file=tick)
+            pipeline.analyse(directory, on_file=tick)
     """
 
     def __init__(self, err: TextIO | None = None) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.analysis import stats, tables
+from hpcbench.analysis import pipeline, stats, tables
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.testing.fabricate import write_point_file
@@ -38,7 +38,7 @@ def model_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[in
 
 def test_predictions_match_a_sweep_that_follows_the_model(model_sweep: tuple[Path, dict[int, float]]) -> None:
     directory, t_iter = model_sweep
-    analysis = tables.analyse(directory)
+    analysis = pipeline.analyse(directory)
     pred = analysis.predictions.set_index("ranks")
     rows: dict[Any, dict[Any, Any]] = pred.to_dict("index")
     assert sorted(pred.index) == [1, 2, 4, 8]
@@ -61,7 +61,7 @@ def test_predictions_match_a_sweep_that_follows_the_model(model_sweep: tuple[Pat
 def test_commbench_link_replaces_the_message_fit(model_sweep: tuple[Path, dict[int, float]]) -> None:
     from hpcbench.analysis.model.iteration import LinkCost
 
-    analysis = tables.analyse(model_sweep[0], link=LinkCost(2 * ALPHA, BETA))
+    analysis = pipeline.analyse(model_sweep[0], link=LinkCost(2 * ALPHA, BETA))
     row = analysis.predictions.set_index("ranks").loc[8]
     assert row["alpha_s"] == pytest.approx(2 * ALPHA)
     assert row["comm_source"] == "commbench"
@@ -99,7 +99,7 @@ def mixed_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_resource_columns_as_seed_002_reports_them(mixed_sweep: Path) -> None:
-    analysis = tables.analyse(mixed_sweep)
+    analysis = pipeline.analyse(mixed_sweep)
     row = analysis.stats[analysis.stats["ranks"] == 2].iloc[0]
     assert row["cpu_user"] == pytest.approx(50.0)
     assert row["cpu_system"] == pytest.approx(20.0)
@@ -113,7 +113,7 @@ def test_resource_columns_as_seed_002_reports_them(mixed_sweep: Path) -> None:
 
 
 def test_accuracy_test_time_and_time_to_accuracy(mixed_sweep: Path) -> None:
-    analysis = tables.analyse(mixed_sweep, target_accuracy=0.9)
+    analysis = pipeline.analyse(mixed_sweep, target_accuracy=0.9)
     row = analysis.stats[analysis.stats["ranks"] == 2].iloc[0]
     assert row["evaluations"] == 3
     assert row["epochs"] == 3
@@ -126,7 +126,7 @@ def test_accuracy_test_time_and_time_to_accuracy(mixed_sweep: Path) -> None:
     evals = analysis.evaluations[analysis.evaluations["point"] == row["point"]]
     assert evals["accuracy"].tolist() == pytest.approx([0.70, 0.92, 0.90])
     assert evals["test_time_s"].tolist() == pytest.approx([1.5, 1.2, 1.1])
-    never = tables.analyse(mixed_sweep, target_accuracy=0.95).stats
+    never = pipeline.analyse(mixed_sweep, target_accuracy=0.95).stats
     assert math.isnan(never[never["ranks"] == 2].iloc[0]["time_to_target_s"])
     # without evaluations, training time is the wall time of all iterations
     seed1 = analysis.stats[(analysis.stats["seed"] == 1)].iloc[0]
@@ -135,7 +135,7 @@ def test_accuracy_test_time_and_time_to_accuracy(mixed_sweep: Path) -> None:
 
 
 def test_repeats_give_mean_and_confidence_interval(mixed_sweep: Path) -> None:
-    analysis = tables.analyse(mixed_sweep)
+    analysis = pipeline.analyse(mixed_sweep)
     rep = analysis.repeats[analysis.repeats["repeats"] == 3].iloc[0]
     values = [BATCH / 0.10, BATCH / 0.11, BATCH / 0.12]
     assert rep["throughput_mean"] == pytest.approx(statistics.mean(values))
@@ -151,7 +151,7 @@ def test_repeats_give_mean_and_confidence_interval(mixed_sweep: Path) -> None:
 
 
 def test_unstable_numbers_get_notes_with_advice(mixed_sweep: Path) -> None:
-    analysis = tables.analyse(mixed_sweep)
+    analysis = pipeline.analyse(mixed_sweep)
     outliers = [n for n in analysis.notes if "outliers" in n]
     assert len(outliers) == 1  # the mlp point: max 0.4 is 200 % above the mean
     assert "rerun" in outliers[0]
@@ -170,7 +170,7 @@ def test_t975_and_ci() -> None:
 
 
 def test_three_tables_shapes(mixed_sweep: Path) -> None:
-    analysis = tables.analyse(mixed_sweep)
+    analysis = pipeline.analyse(mixed_sweep)
     assert len(analysis.points) == len(analysis.stats) == 5  # the failed file is skipped
     assert {"point", "config", "framework", "seed", "ranks", "file"} <= set(analysis.points.columns)
     samples = analysis.samples()
@@ -186,17 +186,17 @@ def test_three_tables_shapes(mixed_sweep: Path) -> None:
 def test_summary_columns_still_there(mixed_sweep: Path) -> None:
     from hpcbench.analysis.metrics import SUMMARY_COLUMNS
 
-    analysis = tables.analyse(mixed_sweep)
+    analysis = pipeline.analyse(mixed_sweep)
     assert set(SUMMARY_COLUMNS) <= set(analysis.stats.columns)
 
 
 def test_bad_inputs(tmp_path: Path, mixed_sweep: Path) -> None:
     with pytest.raises(HpcbenchError, match="no such sweep directory"):
-        tables.analyse(tmp_path / "nope")
+        pipeline.analyse(tmp_path / "nope")
     with pytest.raises(HpcbenchError, match="no complete point files"):
-        tables.analyse(tmp_path)
+        pipeline.analyse(tmp_path)
     with pytest.raises(HpcbenchError, match="not a fraction"):
-        tables.analyse(mixed_sweep, target_accuracy=90.0)
+        pipeline.analyse(mixed_sweep, target_accuracy=90.0)
 
 
 def test_empty_frames_are_handled() -> None:
@@ -220,7 +220,7 @@ def test_points_alike_but_for_their_environment_are_told_apart(tmp_path: Path) -
     point = Point(framework="torch", backend="gloo", model="lenet", ranks_per_node=2, batch_size=8)
     write_point_file(plain / f"{point.id}.h5", point, iterations(2, 6, forward=0.01))
 
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     assert sorted(analysis.stats["env"]) == ["legacy", "modern"]
     lines = format_table(
         metrics.summary([(p.point, p.point_id, p.iterations) for p in tables.load(tmp_path).points])
@@ -230,7 +230,7 @@ def test_points_alike_but_for_their_environment_are_told_apart(tmp_path: Path) -
     scaling = next(s for s in report.sections(analysis) if s.title == "Scaling")
     assert [c.key for c in scaling.columns][:4] == ["point", "framework", "backend", "env"]
 
-    alone = tables.analyse(plain)  # no point names an environment: no empty column
+    alone = pipeline.analyse(plain)  # no point names an environment: no empty column
     assert "env" not in format_table(
         metrics.summary([(p.point, p.point_id, p.iterations) for p in tables.load(plain).points])
     )
