@@ -52,7 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from hpcbench.store.reader import PointData
-from hpcbench.store.schema import CHILD_RUN, SCHED_COLUMNS, WORK_WAIT
+from hpcbench.store.schema import CHILD_RUN, WORK_WAIT
 
 MIB = float(2**20)
 
@@ -76,7 +76,7 @@ def rank_window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, n
     schema 6 those the rank took itself (they alone read its descendants: `child_run_ns` ≥ 0),
     where it has such samples: a periodic one may fall between a window's edge and the loop's."""
     timed = iterations[iterations["warmup"] == 0]
-    if CHILD_RUN in (samples.dtype.names or ()) and (samples[CHILD_RUN] >= 0).any():
+    if (samples[CHILD_RUN] >= 0).any():
         samples = samples[samples[CHILD_RUN] >= 0]
     if timed.size == 0 or samples.size == 0:
         return None
@@ -108,7 +108,7 @@ def _node_share(samples: np.ndarray, a: np.void, b: np.void, *states: str) -> fl
     """The share of its node's CPU time spent in `states` (cpu_user, ...) between samples a and
     b of one rank: the samples after a up to b each cover the time since the one before."""
     inside = samples[(samples["t"] > a["t"]) & (samples["t"] <= b["t"])]
-    if inside.size == 0 or not set(states) <= set(samples.dtype.names or ()):
+    if inside.size == 0:
         return float("nan")
     spans = np.diff(np.concatenate(([float(a["t"])], inside["t"].astype(float))))
     share = sum((inside[state].astype(float) for state in states), np.zeros(inside.size)) / 100.0
@@ -117,10 +117,9 @@ def _node_share(samples: np.ndarray, a: np.void, b: np.void, *states: str) -> fl
 
 
 def _child_cpus(a: np.void, b: np.void) -> float:
-    """CPUs the process's descendants ran on between two samples (0 where the column is
-    absent, before schema 6; NaN where it went back: a descendant ended)."""
-    if CHILD_RUN not in (a.dtype.names or ()):
-        return 0.0
+    """CPUs the process's descendants ran on between two samples (NaN where a sample did not
+    read them, -1: before schema 6, or without schedstat; NaN where the sum went back: a
+    descendant ended)."""
     run = int(b[CHILD_RUN]) - int(a[CHILD_RUN])
     span = float(b["t"] - a["t"])
     ok = min(a[CHILD_RUN], b[CHILD_RUN]) >= 0 and run >= 0 and span > 0
@@ -130,8 +129,6 @@ def _child_cpus(a: np.void, b: np.void) -> float:
 def _work_wait(a: np.void, b: np.void) -> float:
     """The window's run-queue wait share of the threads that did the work: what its closing
     sample read since its opening one (schema 7; NaN before, or not measured)."""
-    if WORK_WAIT not in (b.dtype.names or ()):
-        return float("nan")
     return float(b[WORK_WAIT])
 
 
@@ -139,9 +136,10 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
     share of the window its loop was runnable, the busy share of its node's CPU time over the
     window, CPUs its descendant processes ran on, the stolen share of its node's CPU time over
-    the window, its threads' wait share weighted by their work], NaN where not measured."""
-    out = np.full((iterations.shape[0], 7), np.nan)
-    if len(resources) and set(SCHED_COLUMNS) <= set(resources.dtype.names or ()):
+    the window, its threads' wait share weighted by their work, 1 where both samples of the
+    window read its descendants (else 0: before schema 6, no schedstat)], NaN where not measured."""
+    out = np.full((iterations.shape[0], 8), np.nan)
+    if len(resources):
         by_rank = resources[np.lexsort((resources["t"], resources["rank"]))]  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
         for r in range(iterations.shape[0]):
@@ -153,21 +151,23 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
                 out[r, 4] = _child_cpus(*window)
                 out[r, 5] = _node_share(samples, *window, "cpu_steal")
                 out[r, 6] = _work_wait(*window)
+                out[r, 7] = float(min(window[0][CHILD_RUN], window[1][CHILD_RUN]) >= 0)
     return out
 
 
 def _per_host(use: np.ndarray, hosts: Sequence[str], cores: int) -> tuple[float, float]:
     """(helper CPUs, other CPUs): means over hosts of their ranks' descendants' CPUs, and of
     their busy CPUs less their ranks' and descendants' (NaN for a host where a rank measured
-    neither)."""
+    neither). Descendants that a rank's window did not read (files before schema 6) leave its
+    host's helpers unknown and count among its other processes."""
     nan = float("nan")
     if len(hosts) < use.shape[0]:
         return nan, nan
     names = np.asarray(hosts[: use.shape[0]], dtype=object)
     helper, other = [], []
     for mine in (names == host for host in dict.fromkeys(names)):
-        children = float(use[mine, 4].sum())
-        helper.append(children)
+        helper.append(float(use[mine, 4].sum()))
+        children = float(np.where(use[mine, 7] > 0, use[mine, 4], 0.0).sum())  # those read
         other.append(max(float(use[mine, 3].mean()) * cores - float(use[mine, 0].sum()) - children, 0.0))
     return _mean(np.asarray(helper)), _mean(np.asarray(other)) if cores > 0 else nan
 
@@ -180,8 +180,6 @@ def sched_row(
     hosts' CPU count."""
     use = rank_use(resources, iterations)
     helper, other = _per_host(use, hosts, cores)
-    if CHILD_RUN not in (resources.dtype.names or ()):
-        helper = float("nan")  # not measured: the descendants are in other_cpus
     return {
         "rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2]),
         "work_wait": _mean(use[:, 6]), "helper_cpus": helper, "other_cpus": other,
@@ -204,8 +202,7 @@ def resource_row(
     iowait = resources["cpu_iowait"].astype(float)
     row["cpu_user"], row["cpu_system"], row["cpu_iowait"] = _mean(user), _mean(system), _mean(iowait)
     row["cpu_total"] = row["cpu_user"] + row["cpu_system"] + row["cpu_iowait"]
-    if "cpu_steal" in (resources.dtype.names or ()):  # schema 6
-        row["cpu_steal"] = _mean(resources["cpu_steal"].astype(float))
+    row["cpu_steal"] = _mean(resources["cpu_steal"].astype(float))  # NaN before schema 6
     rss = resources["rss_bytes"]
     ok = rss >= 0
     if ok.any():

@@ -1,4 +1,9 @@
-"""Reading point files back. Needs h5py and numpy only (no MPI, no framework)."""
+"""Reading point files back. Needs h5py and numpy only (no MPI, no framework).
+
+A file of any schema up to the current one reads in the current shape: `read_point` hands
+what it read to store/upgrade.py, which fills what older schemas did not write (absent
+tables empty, absent columns unknown, the provenance the analysis needs), once, here.
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,8 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError, SchemaError
 from hpcbench.spec import Point
-from hpcbench.store import schema
-from hpcbench.store.traits import Traits, legacy
+from hpcbench.store import schema, upgrade
+from hpcbench.store.traits import Traits
 
 
 @dataclass
@@ -27,7 +32,8 @@ class PointData:
     ranks: np.ndarray  # (n_ranks,) RANK_DTYPE
     iterations: np.ndarray  # (n_ranks, iterations_written) ITERATION_DTYPE
     comm: np.ndarray  # (n_events,) COMM_DTYPE, all ranks (empty before schema 2)
-    resources: np.ndarray  # (n_samples,) RESOURCE_DTYPE, all ranks (empty before schema 2)
+    resources: np.ndarray  # (n_samples,) RESOURCE_DTYPE, all ranks (empty before schema 2; columns
+    # added since the file's schema hold their unknown value, store/upgrade.py)
     eval: np.ndarray  # (n_evals,) EVAL_DTYPE, all ranks (empty before schema 3)
 
     @property
@@ -57,11 +63,8 @@ class PointData:
     def traits(self) -> Traits:
         """How the point's backend and launcher behave (store/traits.py): as the rank recorded
         them (provenance `traits`), or, in a file written before they were, as the built-in
-        backend of that name behaved then."""
-        recorded = self.provenance.get("traits")
-        if isinstance(recorded, dict):
-            return Traits.from_mapping(recorded)
-        return legacy(self.point.framework, self.point.backend, self.point.launcher)
+        backend of that name behaved then (filled on reading, upgrade.recorded_later)."""
+        return Traits.from_mapping(self.provenance["traits"])
 
 
 def _plain(value: Any) -> Any:
@@ -97,37 +100,42 @@ def read_point(path: Path | str) -> PointData:
 def _read(path: Path, f: h5py.File) -> PointData:
     attrs = _attrs(f)
     version = attrs.get("schema_version")
-    if version is None or schema.POINT not in f:
+    if version is None:
         raise SchemaError(f"{path}: not an hpcbench point file (no schema_version)")
     if int(version) > schema.SCHEMA_VERSION:
         raise SchemaError(
             f"{path}: written with schema {version}, this hpcbench reads up to {schema.SCHEMA_VERSION}: "
             "upgrade hpcbench to read it"
         )
+    if schema.POINT not in f:  # says it is one, lacks a part every schema wrote
+        raise SchemaError(f"{path}: damaged point file (no /{schema.POINT})")
     point_attrs = _attrs(f[schema.POINT])
     point = Point.from_json(point_attrs["json"])
     written = int(attrs.get("iterations_written", 0))
     dset = f[schema.ITERATIONS]
     missing = sorted(set(schema.ITERATION_DTYPE.names or ()) - set(dset.dtype.names or ()))
-    if missing:
+    if missing:  # before reading the rows: every schema wrote them all
         raise SchemaError(f"{path}: damaged point file (iterations lack the fields {', '.join(missing)})")
-    iterations = dset[:, :written]
-    ranks = f[schema.RANKS][()]
-    tables = {name: f[name][()] if name in f else np.zeros(0, dtype=dtype) for name, dtype in schema.TABLES.items()}
     provenance = _attrs(f[schema.PROVENANCE])
     for key, value in list(provenance.items()):
         if isinstance(value, str) and value[:1] in "{[":
             with contextlib.suppress(json.JSONDecodeError):
                 provenance[key] = json.loads(value)
+    tables = {name: f[name][()] if name in f else None for name in schema.TABLES}
+    parts = upgrade.Parts(int(version), point, provenance, dset[:, :written], **tables)
+    try:
+        arrays = upgrade.upgrade(parts)
+    except upgrade.Damaged as exc:
+        raise SchemaError(f"{path}: damaged point file ({exc})") from None
     return PointData(
         path,
         attrs,
         point,
         str(point_attrs["id"]),
         provenance,
-        ranks,
-        iterations,
-        tables[schema.COMM],
-        tables[schema.RESOURCES],
-        tables[schema.EVAL],
+        f[schema.RANKS][()],
+        arrays[schema.ITERATIONS],
+        arrays[schema.COMM],
+        arrays[schema.RESOURCES],
+        arrays[schema.EVAL],
     )

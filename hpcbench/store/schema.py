@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import numpy as np
 
-# Schema history (bump on every change to what is written; readers accept <= current):
+# Schema history (bump on every change to what is written; readers accept <= current and bring an
+# older file to the current shape as they read it, one step per version: store/upgrade.py):
 #   1 (hpcbench 0.1.0): root/point/provenance attrs, ranks, iterations.
 #   2 (hpcbench 0.2.0): comm and resources tables (rows of all ranks, a `rank` column),
 #                       appended at every flush; readers give empty tables for version 1.
@@ -50,18 +51,18 @@ import numpy as np
 #   5 (hpcbench 0.5.0): resources.sched_run_ns / sched_wait_ns (the rank process's CPU time and
 #                       run-queue wait, all its threads, Linux schedstat) and main_run_ns /
 #                       main_wait_ns (its main thread's); a sample is also taken when warm-up ends
-#                       and when the timed loop ends. Readers treat the columns as absent in
-#                       older files.
+#                       and when the timed loop ends. Readers fill the columns with -1 (not
+#                       measured) in older files.
 #   6 (hpcbench 0.6.0): resources.cpu_steal (the node's CPU time stolen by the hypervisor, percent,
 #                       like cpu_user) and child_run_ns (the CPU time of the rank's descendant
 #                       processes: a parameter server's servers, a framework's compute process).
-#                       Readers treat the columns as absent in older files. sched_run_ns is the
+#                       Readers fill them with NaN and -1 in older files. sched_run_ns is the
 #                       process's CPU clock (ended threads included); sched_wait_ns and
 #                       child_run_ns are -1 in the sampler thread's periodic samples.
 #   7 (hpcbench 0.7.0): resources.work_wait (the run-queue wait share of the rank's threads, each
 #                       weighted by its time on a CPU, since the sample before that read every
 #                       thread): the wait of the threads that did the work, where a framework
-#                       computes on its own threads. Readers treat it as absent in older files.
+#                       computes on its own threads. Readers fill it with NaN in older files.
 SCHEMA_VERSION = 7
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")

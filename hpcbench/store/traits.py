@@ -88,8 +88,6 @@ LEGACY_MPI_LAUNCHERS = ("mpirun", "srun")
 
 def legacy(framework: str, backend: str, launcher: str) -> Traits:
     """The traits a file written before they were recorded ran with."""
-    if framework == "tensorflow" and backend == "ps":
-        traits = LEGACY_TENSORFLOW_PS
-    else:
-        traits = LEGACY.get(backend, Traits())
+    tensorflow_ps = framework == "tensorflow" and backend == "ps"
+    traits = LEGACY_TENSORFLOW_PS if tensorflow_ps else LEGACY.get(backend, Traits())
     return traits.with_launcher(mpi=launcher in LEGACY_MPI_LAUNCHERS)

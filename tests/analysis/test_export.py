@@ -17,15 +17,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from hpcbench.analysis import tables
+from hpcbench.analysis import pipeline, tables
 from hpcbench.analysis.export import export_sweep, schemas
 from hpcbench.analysis.export.parquet import FILES, TABLES
 from hpcbench.analysis.export.summary import plain
 from hpcbench.analysis.export.sweep import PARQUET_FILES
 from hpcbench.cli import export as cli
 from hpcbench.spec import FIELD_NAMES, Point
+from hpcbench.store import schema
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import MIB, comm_rows, eval_rows, iterations, resource_rows
+from tests.analysis.helpers import MIB, comm_rows, eval_rows, iterations, resource_rows, without
 from tests.conftest import ROOT, run_module
 
 EPOCH_NS = 1_700_000_000_123_456_789  # the two-rank point's wall-clock time zero
@@ -134,6 +135,33 @@ def test_messages_resources_evaluations_and_ranks_come_back(exported: Path) -> N
     assert evals["test_time_ns"].tolist() == [10_000_000, 20_000_000, 10_000_000, 10_000_000]
     ranks = read(exported, "ranks").to_pandas()
     assert ranks[ranks["point"] == TWO.id]["hostname"].tolist() == ["n0", "n1"]
+
+
+def test_a_file_of_an_older_schema_exports_the_columns_it_lacks_as_null(tmp_path: Path) -> None:
+    """Schema 4 wrote no schedstat, steal, descendants or work_wait: the reader fills them unknown
+    (store/upgrade.py), and they export as null beside the columns the file has."""
+    later = (*schema.SCHED_COLUMNS, "cpu_steal", schema.CHILD_RUN, schema.WORK_WAIT)
+    res = resource_rows([(0, 50, 10, 1, 100 * MIB), (0, 60, 20, 3, 200 * MIB)])
+    for name in later:
+        res[name] = 1  # measured in the rows given, dropped from the file below
+    directory = tmp_path / "old"
+    directory.mkdir()
+    path = write_point_file(directory / f"{ONE.id}.h5", ONE, iterations(1, 6, warmup=2, forward=FORWARD, batch=8),
+                            resources=res)  # fmt: skip
+    with h5py.File(path, "r+") as f:  # as a version-4 writer laid it out
+        rows = without(f["resources"][()], *later)
+        del f["resources"]
+        f["resources"] = rows
+        f.attrs["schema_version"] = 4
+    export_sweep(directory, ["parquet"], tmp_path / "out")
+    exported = read(tmp_path / "out", "resources")
+    assert exported.column("cpu_user_pct").to_pylist() == [50, 60]
+    assert exported.column("rss_bytes").to_pylist() == [100 * MIB, 200 * MIB]
+    assert all(
+        exported.column(name).null_count == 2
+        for name in [*schema.SCHED_COLUMNS, schema.CHILD_RUN, "cpu_steal_pct", schema.WORK_WAIT]
+    )
+    assert read(tmp_path / "out", "points").column("schema_version").to_pylist() == [4]
 
 
 def test_points_table_has_every_field_and_the_file(exported: Path, sweep: Path) -> None:
@@ -246,7 +274,7 @@ def test_summary_json_matches_the_analysis(exported: Path, sweep: Path) -> None:
     text = (exported / "summary.json").read_text()
     assert "NaN" not in text
     doc = json.loads(text)
-    analysis = tables.analyse(sweep)
+    analysis = pipeline.analyse(sweep)
     expected = [plain(row) for row in analysis.stats.to_dict("records")]
     assert [row["point"] for row in doc["points"]] == [row["point"] for row in expected]
     for got, want in zip(doc["points"], expected, strict=True):

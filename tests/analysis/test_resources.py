@@ -9,8 +9,18 @@ import numpy as np
 import pytest
 
 from hpcbench.analysis import resources
-from hpcbench.store.schema import RESOURCE_DTYPE, SCHED_COLUMNS
+from hpcbench.store import schema, upgrade
 from tests.analysis.helpers import iterations, sched_rows, without
+
+# the resources columns each schema added
+ADDED = {5: schema.SCHED_COLUMNS, 6: ("cpu_steal", schema.CHILD_RUN), 7: (schema.WORK_WAIT,)}
+
+
+def as_of(rows: np.ndarray, version: int) -> np.ndarray:
+    """`rows` as a file of schema `version` reads: without the columns added since, which the
+    reader fills with their unknown values (store/upgrade.py)."""
+    later = [name for v, names in ADDED.items() if v > version for name in names]
+    return upgrade.table(schema.RESOURCES, without(rows, *later), version)
 
 
 def test_cpus_and_wait_share_over_the_timed_window() -> None:
@@ -29,7 +39,7 @@ def test_cpus_and_wait_share_over_the_timed_window() -> None:
     worked = sched_rows(2, 1.5, 11.4, wait=0.25, work_wait=0.4)
     worked[3]["work_wait"] = 0.6
     assert resources.sched_row(worked, it)["work_wait"] == pytest.approx(0.5, rel=1e-6)
-    assert math.isnan(resources.sched_row(without(worked, "work_wait"), it)["work_wait"])  # before schema 7
+    assert math.isnan(resources.sched_row(as_of(worked, 6), it)["work_wait"])  # before schema 7
 
 
 def test_unknown_when_counters_go_back_or_are_absent() -> None:
@@ -41,8 +51,10 @@ def test_unknown_when_counters_go_back_or_are_absent() -> None:
     rows["main_run_ns"] = -1  # no schedstat
     assert math.isnan(resources.sched_row(rows, it)["cpu_wait"])
     # a file from before schema 5 has no such columns; no sample at the window's start: unknown too
-    old = without(np.zeros(2, dtype=RESOURCE_DTYPE), *SCHED_COLUMNS, "child_run_ns", "cpu_steal", "work_wait")
+    old = as_of(np.zeros(2, dtype=schema.RESOURCE_DTYPE), 4)
     assert all(math.isnan(v) for v in resources.sched_row(old, it).values())
+    old = as_of(sched_rows(1, 0.5, 5.5, wait=0.1), 4)  # samples that bracket the window, without schedstat
+    assert all(math.isnan(v) for v in resources.sched_row(old, it, ["a"], cores=2).values())
     late = sched_rows(1, 1.5, 5.5, wait=0.1)  # opens after the first timed iteration began
     assert all(math.isnan(v) for v in resources.sched_row(late, it).values())
 
@@ -95,7 +107,7 @@ def test_the_ranks_own_child_processes_are_counted_apart_from_other_processes() 
     fell["child_run_ns"][1] = fell["child_run_ns"][0] - 1
     assert all(math.isnan(resources.sched_row(fell, it, ["a", "a"], cores=4)[k]) for k in ("helper_cpus", "other_cpus"))
     # a file before schema 6 does not know the descendants: they count among the other processes
-    before = resources.sched_row(without(rows, "child_run_ns", "cpu_steal"), it, ["a", "a"], cores=4)
+    before = resources.sched_row(as_of(rows, 5), it, ["a", "a"], cores=4)
     assert math.isnan(before["helper_cpus"]) and before["other_cpus"] == pytest.approx(2.0, rel=1e-6)
 
 
@@ -117,7 +129,7 @@ def test_steal_is_the_mean_of_the_samples_and_unknown_in_older_files() -> None:
     rows = sched_rows(1, 0.9, 3.3, wait=0.0)
     rows["cpu_steal"] = [2.0, 10.0]
     assert resources.resource_row(rows, it)["cpu_steal"] == pytest.approx(6.0)
-    assert math.isnan(resources.resource_row(without(rows, "cpu_steal"), it)["cpu_steal"])
+    assert math.isnan(resources.resource_row(as_of(rows, 5), it)["cpu_steal"])
 
 
 def test_the_window_opens_and_closes_at_the_samples_the_rank_took_itself() -> None:

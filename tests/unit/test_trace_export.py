@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from hpcbench.analysis.export.chrome import chrome_trace, write_chrome_trace
-from hpcbench.store.schema import COMM_DTYPE, ITERATION_DTYPE, PHASES, RANK_DTYPE, RESOURCE_DTYPE
+from hpcbench.store import upgrade
+from hpcbench.store.schema import COMM_DTYPE, ITERATION_DTYPE, PHASES, RANK_DTYPE, RESOURCE_DTYPE, RESOURCES
 
 N_RANKS = 3
 N_ITER = 4
@@ -323,6 +324,20 @@ def test_cpu_and_rss_counters(trace: dict[str, Any]) -> None:
     rss = sorted(events(trace, "C", name="rss MiB", pid=2), key=lambda e: e["ts"])
     assert [e["args"]["rss"] for e in rss] == pytest.approx([100.0, 101.0, 102.0])
     assert len(events(trace, "C", name="cpu %")) == N_RANKS * 3
+
+
+def test_a_file_before_schema_6_has_no_steal_counter(trace: dict[str, Any]) -> None:
+    """Resources of a schema-5 file (no cpu_steal column), as the reader gives them (store/upgrade.py)."""
+    res = make_resources()
+    kept = [name for name in RESOURCE_DTYPE.names or () if name not in ("cpu_steal", "child_run_ns", "work_wait")]
+    old = np.asarray(res[kept].astype(np.dtype([(name, RESOURCE_DTYPE[name]) for name in kept])))
+    old_trace = chrome_trace(
+        make_iterations(), make_ranks(), make_comm(), upgrade.table(RESOURCES, old, 5), HOSTS, "torch-gloo-lenet-n1x3"
+    )
+    cpu = events(old_trace, "C", name="cpu %")
+    assert len(cpu) == N_RANKS * 3 and not [e for e in cpu if "steal" in e["args"]]
+    without_steal = [e for e in trace["traceEvents"] if e["name"] != "cpu %"]
+    assert [e for e in old_trace["traceEvents"] if e["name"] != "cpu %"] == without_steal
 
 
 def test_absent_gpu_gives_no_gpu_counters(trace: dict[str, Any]) -> None:

@@ -175,11 +175,7 @@ class _Samples:
         self.ranks = [int(r) for r in res["rank"].tolist()]
         self.t_s = res["t"].astype(np.float64).tolist()
         self.ts = (res["t"].astype(np.float64) * US).tolist()
-        nan = np.full(len(res), np.nan)  # a column the file's schema has not (cpu_steal before 6)
-        present = res.dtype.names or ()
-        self._floats = {
-            key: (res[key].astype(np.float64) if key in present else nan).tolist() for key in _FLOAT_COLUMNS
-        }
+        self._floats = {key: res[key].astype(np.float64).tolist() for key in _FLOAT_COLUMNS}
         self._ints = {key: res[key].tolist() for key in _INT_COLUMNS}
 
     def get(self, key: str, k: int) -> float | int | None:

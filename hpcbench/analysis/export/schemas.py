@@ -176,17 +176,13 @@ def resource_chunks(p: PointData) -> Iterator[Any]:
     for i in range(0, len(p.resources), CHUNK_ROWS):
         rows = p.resources[i : i + CHUNK_ROWS]
         arrays = {"point": constant(p.point_id, len(rows)), "rank": ints(rows["rank"]), "t_ns": nanoseconds(rows["t"])}
-        present = rows.dtype.names or ()  # absent: schedstat before schema 5, steal and children 6, work_wait 7
         for name in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util"):
-            arrays[f"{name}_pct"] = floats(rows[name] if name in present else np.full(len(rows), np.nan, np.float32))
-        for name in ("gpu_power_w", "gpu_sm_clock_mhz"):
+            arrays[f"{name}_pct"] = floats(rows[name])
+        for name in ("gpu_power_w", "gpu_sm_clock_mhz", schema.WORK_WAIT):
             arrays[name] = floats(rows[name])
-        arrays[schema.WORK_WAIT] = floats(
-            rows[schema.WORK_WAIT] if schema.WORK_WAIT in present else np.full(len(rows), np.nan, np.float32)
-        )
         counters = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS, schema.CHILD_RUN)
         for name in counters:
-            arrays[name] = counter(rows[name] if name in present else np.full(len(rows), -1))
+            arrays[name] = counter(rows[name])  # -1 (null) where not measured, and in files before the column
         yield table(RESOURCES, arrays)
 
 

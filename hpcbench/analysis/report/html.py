@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis.report import figures, stragglers as straggler_report
 from hpcbench.analysis import metrics
 from hpcbench.analysis.metric_table import Format, metric, number, percent
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.report import figures
+from hpcbench.analysis.report import stragglers as straggler_report
+from hpcbench.analysis.pipeline import Analysis
 from hpcbench.sweepdir.atomic import write_text_atomic
 
 _num, _pct = number, percent
