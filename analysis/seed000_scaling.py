@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import study
 
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.pipeline import Analysis
 
 TITLE = "Seed 000: scaling, phase breakdown and the iteration model"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import study
 
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.pipeline import Analysis
 
 TITLE = "Seed 001: load-imbalance factor across frameworks and models"
 KIND = {"cifar10_quick": "CNN", "lenet": "CNN", "alexnet": "CNN", "mlp": "MLP", "autoencoder": "autoencoder"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import study
 
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.pipeline import Analysis
 
 TITLE = "Seed 002: hyper-parameters, BLAS threads, training / testing time, accuracy, CPU and memory"
 

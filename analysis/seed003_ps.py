@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 import study
 
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.pipeline import Analysis
 
 TITLE = "Seed 003: all-reduce vs parameter server, synchronous vs asynchronous"
 ARCHITECTURE = {"gloo": "all-reduce", "nccl": "all-reduce", "mpi": "all-reduce", "horovod": "all-reduce",

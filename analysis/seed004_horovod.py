@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import study
 
-from hpcbench.analysis.tables import Analysis
+from hpcbench.analysis.pipeline import Analysis
 
 TITLE = "Seed 004: images/s vs ranks and batch size"
 
