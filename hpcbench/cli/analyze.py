@@ -1,39 +1,46 @@
 """`python -m hpcbench.analyze`: tables and traces from point files.
 
     python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
-    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json [--ideal]
+    python -m hpcbench.analyze trace POINT.h5 -o TRACE.json [--ideal] [--force]
                                                              Chrome-trace / Perfetto JSON of one point (with
                                                              the what-if timeline beside it)
     python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...]
                                                              report.html, report.md and CSV tables
 
 Needs numpy, pandas, h5py and matplotlib only: it runs anywhere the point files can be copied to.
+Exit status 0, or 2 with one line on stderr for bad input (a missing or damaged file, no
+complete point, a sweep directory that cannot be written, a refused -o; the output policy is
+hpcbench.sweepdir.outputs'). `analyze` and `report` rewrite their own files in the sweep
+directory on every run; `trace -o` never replaces a file without `--force`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, resources, tables
+from hpcbench.analysis import metrics, pipeline, resources, tables
 from hpcbench.analysis.export import chrome as trace_export
-from hpcbench.analysis.stragglers import whatif
+from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.model.contention import placement_of
-from hpcbench.analysis.metric_table import Format, metric
+from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
+from hpcbench.cli.main import find_command
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import FileProgress
 from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import read_point
-from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.outputs import OutputFile, check_file, probe_writable
 
 PROG = "hpcbench.analyze"
+SUMMARY = "summary.csv"  # written into the sweep directory
 
 _IDENT = [("point", "point"), ("framework", "framework"), ("backend", "backend"), ("model", "model"),
           ("nodes", "nodes"), ("ranks_per_node", "ranks/node"), ("batch_size", "batch")]  # fmt: skip
@@ -54,15 +61,25 @@ def format_table(table: pd.DataFrame) -> str:
     return textable.render(rows, right=True)
 
 
+def _sweep_dir(directory: Path) -> None:
+    if not directory.is_dir():
+        what = "no such sweep directory" if not directory.exists() else "not a directory"
+        raise HpcbenchError(f"{directory}: {what}")
+
+
 def cmd_summary(directory: Path, out: TextIO) -> int:
-    with FileProgress() as tick:
-        sweep = tables.load(directory, on_file=tick)
-    for warning in sweep.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not sweep.points:
-        raise HpcbenchError(f"{directory}: no complete point files to analyse")
-    table = metrics.summary([(p.point, p.point_id, p.iterations) for p in sweep.points], [p.comm for p in sweep.points])
-    write_text_atomic(directory / "summary.csv", table.to_csv(index=False))
+    _sweep_dir(directory)
+    summary = directory / SUMMARY
+    with OutputFile(summary, option="", own=True) as output:  # a read-only sweep stops here
+        with FileProgress() as tick:
+            sweep = tables.load(directory, on_file=tick)
+        for warning in sweep.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if not sweep.points:
+            raise HpcbenchError(f"{directory}: no complete point files to analyse")
+        points = [(p.point, p.point_id, p.iterations) for p in sweep.points]
+        table = metrics.summary(points, [p.comm for p in sweep.points])
+        output.write_text(table.to_csv(index=False))
     print(format_table(table), file=out)
     for note in metrics.warnings_for(table):
         print(f"note: {note}", file=out)
@@ -73,31 +90,45 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
                   "compute and CPU collectives are time-shared", file=out)  # fmt: skip
         for note in resources.host_notes(p.point_id, resources.of_point(p)):
             print(f"note: {note}", file=out)
-    print(f"wrote {directory / 'summary.csv'} ({len(table)} points)", file=out)
+    print(f"wrote {summary} ({len(table)} points)", file=out)
     return 0
 
 
-def cmd_trace(path: Path, output: Path, out: TextIO, ideal: bool = False) -> int:
-    data = read_point(path)
-    label = f"{data.point.label()} [{data.point_id}]"
-    trace = trace_export.chrome_trace(data.iterations, data.ranks, data.comm, data.resources, data.hostnames, label)
-    if ideal:  # the what-if timeline (every rank at the median rank's speed) beside the measured one
-        rows = whatif.ideal_iterations(data.iterations, not whatif.asynchronous(data.point))
-        empty_comm, empty_res = data.comm[:0], data.resources[:0]
-        other = trace_export.chrome_trace(rows, data.ranks, empty_comm, empty_res, data.hostnames, label)
-        trace = trace_export.with_ideal(trace, other, "every rank at the median rank's speed")
-    trace_export.write_chrome_trace(output, trace)
+def cmd_trace(path: Path, output: Path, out: TextIO, ideal: bool = False, force: bool = False) -> int:
+    if not path.is_file():
+        what = "no such file" if not path.exists() else "not a file"
+        raise HpcbenchError(f"{path}: {what}; a point file (<id>.h5)")
+    claimed = OutputFile(output, option="-o/--output", force=force, reads=[path])  # checked before any work
+    with claimed:
+        trace = _chrome_trace(path, ideal)
+        claimed.write_with(lambda f: json.dump(trace, f, allow_nan=False, separators=(",", ":")))
     print(f"wrote {output} ({len(trace['traceEvents'])} events); open it in https://ui.perfetto.dev", file=out)
     return 0
 
 
-def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
-    from hpcbench.analysis.report import html as report  # matplotlib only for this command
-    from hpcbench.analysis.model.linkfit import link_from_commbench
+def _chrome_trace(path: Path, ideal: bool) -> dict[str, Any]:
+    data = read_point(path)
+    label = f"{data.point.label()} [{data.point_id}]"
+    trace = trace_export.chrome_trace(data.iterations, data.ranks, data.comm, data.resources, data.hostnames, label)
+    if ideal:  # the what-if timeline (every rank at the median rank's speed) beside the measured one
+        rows = whatif.ideal_iterations(data.iterations, not whatif.asynchronous(data))
+        empty_comm, empty_res = data.comm[:0], data.resources[:0]
+        other = trace_export.chrome_trace(rows, data.ranks, empty_comm, empty_res, data.hostnames, label)
+        trace = trace_export.with_ideal(trace, other, "every rank at the median rank's speed")
+    return trace
 
+
+def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
+    from hpcbench.analysis.model.linkfit import link_from_commbench
+    from hpcbench.analysis.report import html as report  # matplotlib only for this command
+
+    _sweep_dir(directory)
+    for name in report_files():  # the report's own files, rewritten on every run; a read-only sweep stops here
+        check_file(directory / name, option="", own=True, reads=commbench)
+    probe_writable("", directory)
     link: LinkCost | None = link_from_commbench(commbench) if commbench else None
     with FileProgress() as tick:
-        analysis = tables.analyse(directory, target_accuracy=target, link=link, on_file=tick)
+        analysis = pipeline.analyse(directory, target_accuracy=target, link=link, on_file=tick)
     for warning in analysis.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     paths = report.write_report(analysis)
@@ -106,6 +137,14 @@ def cmd_report(directory: Path, target: float | None, commbench: list[Path], out
     print(f"wrote {paths[0]} ({len(analysis.stats)} points), {paths[1].name} and "
           f"{', '.join(p.name for p in paths[2:])}", file=out)  # fmt: skip
     return 0
+
+
+def report_files() -> list[str]:
+    """The files `report` writes into the sweep directory."""
+    from hpcbench.analysis.report import html as report
+    from hpcbench.analysis.report import stragglers as straggler_report
+
+    return [f"{name}.csv" for name in (*report.CSV_TABLES, *straggler_report.CSV)] + ["report.md", "report.html"]
 
 
 def _fraction(text: str) -> float:
@@ -131,25 +170,25 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     summary.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
     trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
     trace.add_argument("point", help="a point file (<id>.h5)")
-    trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace")
+    trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace (a new file)")
+    trace.add_argument("--force", action="store_true", help="replace the -o file if it exists")
     ideal_help = "add the what-if timeline (every rank at the median rank's speed) beside the measured one"
     trace.add_argument("--ideal", action="store_true", help=ideal_help)
     report = sub.add_parser("report", help="HTML report with figures, Markdown and CSV tables of a sweep")
     report.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
     report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
     report.add_argument("--commbench", nargs="+", default=[], help="commbench files to fit α and β on")
-    first = next((a for a in args_list if not a.startswith("-")), None)
-    if first is not None and first not in ("analyze", "summary", "trace", "report"):
-        args_list.insert(0, "analyze")  # `analyze DIR` means `analyze analyze DIR`
+    args_list, _ = find_command(args_list, ("analyze", "summary", "trace", "report"), default="analyze")
     args = p.parse_args(args_list)
-    try:
+
+    def command() -> int:
         if args.command == "trace":
-            return cmd_trace(Path(args.point), Path(args.output), out, args.ideal)
+            return cmd_trace(Path(args.point), Path(args.output), out, args.ideal, args.force)
         if args.command == "report":
             return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
         return cmd_summary(Path(args.dir), out)
-    except HpcbenchError as exc:
-        return failure.report(exc, prog or PROG, args.verbose)
+
+    return failure.guarded(command, prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -2,12 +2,15 @@
 and whether it is real.
 
     hpcbench compare BASELINE_DIR NEW_DIR [--metric throughput|t_iter] [--threshold 5]
-                     [--ignore FIELD ...] [--format text|md|html|csv] [-o FILE]
+                     [--ignore FIELD ...] [--format text|md|html|csv] [-o FILE [--force]]
 
 Per configuration found in both sweeps: baseline and new value, new / baseline, its 95 %
 interval (hierarchical bootstrap, fixed seed) and a verdict; then the configurations found in
 only one sweep and the provenance that differs. Exit status: 0 nothing regressed, 1 some
-configuration regressed (named on the last line), 2 bad input or nothing to compare.
+configuration regressed (named on the last line), 2 bad input or nothing to compare (one
+line on stderr; nothing is printed or written). `-o FILE` follows the output policy of
+hpcbench.sweepdir.outputs: never an input, a sweep's own file or an existing file (unless
+`--force`).
 The method is hpcbench.analysis.compare's (docs/compare.md).
 """
 
@@ -30,12 +33,12 @@ from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import FIELD_NAMES, Point
-from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.outputs import OutputFile
 
 PROG = "hpcbench compare"
 FORMATS = ("text", "md", "html", "csv")
 SHOWN_VALUES = 8  # provenance values shown per key before "(+N more)"
-EXIT_REGRESSED = 1
+EXIT_REGRESSED = failure.PROBLEM
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,26 @@ def render(c: cmp.Comparison, fmt: str) -> str:
 
 
 class NothingToCompare(HpcbenchError):
-    exit_code = 2
+    exit_code = failure.BAD_INPUT
+
+
+def _disjoint_fields(c: cmp.Comparison) -> list[str]:
+    """The Point fields (matched on) whose values in one sweep are none of the other's."""
+
+    def values(configs: list[cmp.Configuration], name: str) -> set[str]:
+        return {json.dumps(x.point.as_dict()[name], sort_keys=True) for x in configs}
+
+    fields = sorted(FIELD_NAMES - set(c.ignored))
+    return [f for f in fields if not values(c.only_baseline, f) & values(c.only_new, f)]
+
+
+def nothing_in_common(c: cmp.Comparison) -> NothingToCompare:
+    differ = _disjoint_fields(c)
+    why = f"; no value in common for {', '.join(differ)}" if differ else ""
+    return NothingToCompare(
+        f"no configuration is in both sweeps ({len(c.only_baseline)} only in baseline, {len(c.only_new)} only in "
+        f"new{why}): compare sweeps of the same spec, or leave fields out of matching with --ignore FIELD"
+    )
 
 
 def _threshold(text: str) -> float:
@@ -232,7 +254,7 @@ def _threshold(text: str) -> float:
         raise SpecError("--threshold", f"{text!r} is not a number", cmp.THRESHOLD_ALLOWED) from None
 
 
-def run(args: argparse.Namespace, out: TextIO) -> int:
+def _comparison(args: argparse.Namespace) -> cmp.Comparison:
     if args.format not in FORMATS:
         raise SpecError("--format", f"unknown format {args.format!r}", ", ".join(FORMATS))
     threshold = _threshold(args.threshold)
@@ -240,19 +262,25 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     result = cmp.compare(Path(args.baseline), Path(args.new), args.metric, threshold, ignore)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    text = render(result, args.format)
-    if args.output is not None:
-        write_text_atomic(Path(args.output), text)
-        print(f"wrote {args.output}", file=out)
-        print(verdict_line(result), file=out)
-    else:
-        out.write(text)
+    if not result.rows:
+        raise nothing_in_common(result)  # before anything is printed or written
+    return result
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    if args.output is None:
+        result = _comparison(args)
+        out.write(render(result, args.format))
         if args.format == "csv":  # stdout stays one table
             print(verdict_line(result), file=sys.stderr)
-    if not result.rows:
-        raise NothingToCompare("no configuration is in both sweeps: see the lists of unmatched configurations, "
-                               "or leave more fields out of matching with --ignore FIELD")  # fmt: skip
-    return EXIT_REGRESSED if result.regressions else 0
+    else:
+        reads = [Path(args.baseline), Path(args.new)]
+        with OutputFile(args.output, option="-o/--output", force=args.force, reads=reads) as output:  # checked first
+            result = _comparison(args)
+            output.write_text(render(result, args.format))
+        print(f"wrote {args.output}", file=out)
+        print(verdict_line(result), file=out)
+    return EXIT_REGRESSED if result.regressions else failure.OK
 
 
 @quiet_on_closed_pipe
@@ -266,12 +294,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
                    help="a Point field to leave out of matching as well (repeatable, or comma-separated)")  # fmt: skip
     p.add_argument("--format", default="text", help=f"{', '.join(FORMATS)} (default: text)")
     p.add_argument("-o", "--output", metavar="FILE", help="write the comparison to FILE instead of stdout")
+    p.add_argument("--force", action="store_true", help="with -o: replace FILE if it exists")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    try:
-        return run(args, out)
-    except HpcbenchError as exc:
-        return failure.report(exc, prog or PROG, args.verbose)
+    return failure.guarded(lambda: run(args, out), prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ Writes, into DIR (default SWEEP_DIR/export/): `points.parquet`, `iterations.parq
 (parquet); `mllog/<point>.log`, MLPerf-style `:::MLLOG` lines (mllog); `summary.json`,
 every metric of every point (json). All three formats unless `--format` names some
 (repeated, or as a comma list). Exit status 0, or 2 for bad input (a missing directory,
-no complete point, an unknown format, an output file that exists already) with one line
-saying what was wrong; nothing is written then.
+no complete point, an unknown format, an output file that exists already, an output folder
+that is a file, a device or a sweep directory's own folder) with one line saying what was
+wrong; nothing is written then. The output folder follows hpcbench.sweepdir.outputs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import TextIO
 from hpcbench.analysis.export import FORMATS, export_sweep
 from hpcbench.cli import failure
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.errors import HpcbenchError
 
 PROG = "hpcbench export"
 HELP = "Parquet tables, MLPerf-style logs and a JSON summary of a sweep"
@@ -59,10 +59,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     p.add_argument("-o", "--output", type=Path, metavar="DIR", help="output directory (default: SWEEP_DIR/export)")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    try:
-        return run(Path(args.dir), args.format, args.output, out)
-    except HpcbenchError as exc:
-        return failure.report(exc, prog or PROG, args.verbose)
+    return failure.guarded(lambda: run(Path(args.dir), args.format, args.output, out), prog or PROG, args.verbose)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """`hpcbench predict`: the performance model as a command.
 
-    hpcbench predict FILE.yaml [--csv OUT.csv]           from your own numbers (no trace needed)
+    hpcbench predict FILE.yaml [--csv OUT.csv [--force]] from your own numbers (no trace needed)
     hpcbench predict SWEEP_DIR --nodes 8,16,32 [--csv]   a measured sweep at other node counts
     hpcbench predict TABLE.yaml [--csv OUT.csv]          a published table (hpcbench/analysis/published/):
                                                          every cell predicted beside its published value
@@ -8,7 +8,9 @@
 The file's format is hpcbench.analysis.model.forecast_spec's (docs/metrics-and-model.md has a
 worked example). The table gives, per node count, ranks, predicted t_iter, throughput,
 efficiency and exposed communication, with and without overlap; `--csv` writes the columns
-`nodes, ranks, t_iter_s, throughput, efficiency, exposed_comm_s` and the rest.
+`nodes, ranks, t_iter_s, throughput, efficiency, exposed_comm_s` and the rest: a new file
+(`--force` replaces one), never the input nor a sweep's own file (hpcbench.sweepdir.outputs).
+Exit status 0, or 2 with one line on stderr for bad input (nothing is written then).
 """
 
 from __future__ import annotations
@@ -21,15 +23,18 @@ from typing import TextIO
 
 import pandas as pd
 
+from hpcbench.analysis import published, tables
 from hpcbench.analysis.model import forecast, forecast_spec
-from hpcbench.analysis import published
 from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
+from hpcbench.cli.progress import FileProgress
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import parse_yaml
-from hpcbench.sweepdir.atomic import write_text_atomic
+from hpcbench.sweepdir.outputs import OutputFile
 
 PROG = "hpcbench predict"
+WANTED = "give a prediction file (YAML), a published table, or a sweep directory with --nodes"
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 def _nodes(text: str) -> list[int]:
@@ -57,11 +62,68 @@ def _render(table: pd.DataFrame, overlap_too: bool) -> str:
     return textable.render(rows, right=True)
 
 
-def _is_published(target: Path) -> bool:
+def _read_text(target: Path) -> str:
+    """A prediction or table file's text; bad input (missing, not a regular file, HDF5, not UTF-8) is named."""
+    if not target.exists():
+        raise HpcbenchError(f"{target}: no such file or directory; {WANTED}")
+    if not target.is_file():
+        raise HpcbenchError(f"{target}: not a regular file; {WANTED}")
     try:
-        return published.is_table(parse_yaml(target.read_text(encoding="utf-8")))
-    except (OSError, UnicodeDecodeError, HpcbenchError):
-        return False  # the prediction file's own reading reports it
+        data = target.read_bytes()
+    except OSError as exc:
+        raise HpcbenchError(f"{target}: cannot be read ({exc.strerror})") from None
+    if data.startswith(HDF5_SIGNATURE):
+        raise HpcbenchError(f"{target}: an HDF5 file (a point or commbench file), not a prediction file; {WANTED}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HpcbenchError(f"{target}: not a text file (byte {exc.start} is not UTF-8); {WANTED}") from None
+
+
+def _sweep_points(target: Path) -> None:
+    """Refuse a folder without a complete point file; warn of every point file left out, as
+    every command names them. (The model reads the sweep again: forecast.extrapolate takes a
+    directory.)"""
+    if not tables.point_files(target):
+        raise HpcbenchError(f"{target}: no point files (<id>.h5): not a sweep directory")
+    with FileProgress() as tick:
+        sweep = tables.load(target, on_file=tick)
+    for warning in sweep.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not sweep.points:
+        raise HpcbenchError(f"{target}: no complete point files to calibrate on")
+
+
+def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
+    if nodes is None:
+        raise SpecError("--nodes", f"{target} is a directory: a sweep's prediction needs node counts", "e.g. 8,16,32")
+    _sweep_points(target)
+    table = forecast.extrapolate(target, nodes)
+    if table.empty:
+        raise HpcbenchError(f"{target}: no point file could be read: nothing to calibrate on")
+    for config, group in table.groupby(["framework", "backend", "model", "batch_size"], sort=False):
+        framework, backend, model, batch = config
+        print(f"{framework}/{backend} {model} b={batch}: link from {group['comm_source'].iloc[0]}", file=out)
+        print(_render(group, overlap_too=False), file=out)
+    return table
+
+
+def _from_file(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
+    text = _read_text(target)
+    if published.is_table(parse_yaml(text)):
+        if nodes is not None:
+            raise SpecError("--nodes", "goes with a sweep directory; a published table lists its own cells")
+        return _published(published.evaluate(parse_yaml(text)), out)
+    if nodes is not None:
+        raise SpecError("--nodes", "goes with a sweep directory; a prediction file lists its own nodes")
+    spec = forecast_spec.parse(text, target.parent)
+    table = forecast.forecast(spec)
+    print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node, "
+          f"{spec.algorithm} all-reduce", file=out)  # fmt: skip
+    for note in spec.link_notes:
+        print(f"link {note}", file=out)
+    print(_render(table, overlap_too=True), file=out)
+    return table
 
 
 def _published(table: published.Table, out: TextIO) -> pd.DataFrame:
@@ -79,32 +141,18 @@ def _published(table: published.Table, out: TextIO) -> pd.DataFrame:
     )  # fmt: skip
 
 
-def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO) -> int:
-    if target.is_dir():
-        if nodes is None:
-            raise SpecError("--nodes", f"{target} is a sweep directory: say at which node counts", "e.g. 8,16,32")
-        table = forecast.extrapolate(target, nodes)
-        for config, group in table.groupby(["framework", "backend", "model", "batch_size"], sort=False):
-            framework, backend, model, batch = config
-            print(f"{framework}/{backend} {model} b={batch}: link from {group['comm_source'].iloc[0]}", file=out)
-            print(_render(group, overlap_too=False), file=out)
-    elif _is_published(target):
-        if nodes is not None:
-            raise SpecError("--nodes", "goes with a sweep directory; a published table lists its own cells")
-        table = _published(published.load(target), out)
-    else:
-        if nodes is not None:
-            raise SpecError("--nodes", "goes with a sweep directory; a prediction file lists its own nodes")
-        spec = forecast_spec.load(str(target))
-        table = forecast.forecast(spec)
-        print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node, "
-              f"{spec.algorithm} all-reduce", file=out)  # fmt: skip
-        for note in spec.link_notes:
-            print(f"link {note}", file=out)
-        print(_render(table, overlap_too=True), file=out)
-    if csv is not None:
-        write_text_atomic(csv, table.to_csv(index=False))
-        print(f"wrote {csv}", file=out)
+def _predict(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
+    return _from_sweep(target, nodes, out) if target.is_dir() else _from_file(target, nodes, out)
+
+
+def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO, force: bool = False) -> int:
+    if csv is None:
+        _predict(target, nodes, out)
+        return 0
+    with OutputFile(csv, option="--csv", force=force, reads=[target]) as output:  # checked before any work
+        table = _predict(target, nodes, out)
+        output.write_text(table.to_csv(index=False))
+    print(f"wrote {csv}", file=out)
     return 0
 
 
@@ -113,10 +161,13 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     p = argparse.ArgumentParser(prog=prog or PROG, description="Predict iteration time, throughput and efficiency.")
     p.add_argument("target", help="a prediction file (YAML) or a sweep directory")
     p.add_argument("--nodes", type=_nodes, help="with a sweep directory: node counts to predict, e.g. 8,16,32")
-    p.add_argument("--csv", type=Path, help="also write the table as CSV")
+    p.add_argument("--csv", type=Path, help="also write the table as CSV (a new file)")
+    p.add_argument("--force", action="store_true", help="replace the --csv file if it exists")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    try:
-        return run(Path(args.target), args.nodes, args.csv, out)
-    except HpcbenchError as exc:
-        return failure.report(exc, prog or PROG, args.verbose)
+    return failure.guarded(lambda: run(Path(args.target), args.nodes, args.csv, out, args.force), prog or PROG,
+                           args.verbose)  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())
