@@ -4,6 +4,10 @@ The store needs a few collectives to build one shared file: agree on metadata, g
 blocks to one writer, abort everyone when one rank fails. They come from MPI when the job
 was started by an MPI launcher, from the framework's own process group otherwise
 (torchrun), or from nothing at all for a single process.
+
+`Group` is the part of `Comm` that any group of ranks offers (the collective micro-benchmark's
+groups, `hpcbench.rank.commbench`, are one); `MPIComm.allreduce_buffer` is the all-reduce of
+numpy buffers that the micro-benchmark times.
 """
 
 from __future__ import annotations
@@ -13,21 +17,27 @@ import sys
 from typing import Any, Protocol
 
 
-class Comm(Protocol):
+class Group(Protocol):
+    """A group of ranks: its size, this rank's place in it, a barrier and an all-gather of objects."""
+
     rank: int
     size: int
+
+    def barrier(self) -> None: ...
+
+    def allgather(self, obj: Any) -> list[Any]: ...
+
+
+class Comm(Group, Protocol):
+    """The bookkeeping collectives of a job."""
 
     @property
     def mpi_comm(self) -> Any | None:
         """The mpi4py communicator, if any (needed by parallel HDF5)."""
 
-    def barrier(self) -> None: ...
-
     def bcast(self, obj: Any, root: int = 0) -> Any: ...
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None: ...
-
-    def allgather(self, obj: Any) -> list[Any]: ...
 
     def abort(self, code: int = 1) -> None:
         """End every rank of the job now. Does not return."""
@@ -88,6 +98,10 @@ class MPIComm:
     def allgather(self, obj: Any) -> list[Any]:
         result: list[Any] = self._comm.allgather(obj)
         return result
+
+    def allreduce_buffer(self, send: Any, recv: Any) -> None:
+        """`recv` = the element-wise sum of every rank's `send` (numpy arrays of one shape and dtype)."""
+        self._comm.Allreduce(send, recv, op=self._mpi.SUM)
 
     def abort(self, code: int = 1) -> None:
         sys.stdout.flush()

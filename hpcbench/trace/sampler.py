@@ -72,98 +72,30 @@ bookkeeping and that one-row copy. `drain` returns the rows recorded since the l
 oldest first. If more than ``capacity`` rows are recorded between two drains the oldest
 are overwritten: the newest ``capacity`` are kept and ``dropped`` counts the lost ones
 (cumulative over the sampler's life).
+
+Each source is read by its own module: cpu.py (the "cpu" source: CPU shares and RSS),
+gpu.py (NVML), infiniband.py (sysfs counters), schedstat.py ("sched" and "children");
+sources.py keeps their record. This module is the sampler: its thread, its ring and the
+order a sample reads them in.
 """
 
 from __future__ import annotations
 
-import math
-import os
-import sys
 import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
 
 import numpy as np
 
-from hpcbench.store.schema import CHILD_RUN, RESOURCE_DTYPE, SCHED_COLUMNS, WORK_WAIT
+from hpcbench.store.schema import RESOURCE_DTYPE
+from hpcbench.trace.cpu import CpuReader
+from hpcbench.trace.gpu import GpuReader
+from hpcbench.trace.infiniband import IbReader
+from hpcbench.trace.schedstat import SchedReader, read_schedstat, sum_schedstat, thread_schedstats, work_wait
+from hpcbench.trace.sources import SourceLog
 
-_CPU_COLUMNS = ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal")
-_GPU_FLOAT_COLUMNS = ("gpu_util", "gpu_power_w", "gpu_sm_clock_mhz")
-_GUEST_FIELDS = ("guest", "guest_nice") if sys.platform.startswith("linux") else ()
+__all__ = ["Sampler", "read_schedstat", "sum_schedstat", "thread_schedstats", "work_wait"]
 
-
-class _CpuTimes(NamedTuple):
-    """/proc/stat's cpu line, in clock ticks (psutil's names; shares need no unit)."""
-
-    user: int
-    nice: int
-    system: int
-    idle: int
-    iowait: int
-    irq: int
-    softirq: int
-    steal: int
-    guest: int  # included in user, and guest_nice in nice: counted once
-    guest_nice: int
-
-
-_IB_WORD_BYTES = 4  # port_rcv_data / port_xmit_data count 32-bit words (IB PortRcvData / PortXmitData)
 _JOIN_TIMEOUT_S = 5.0  # a sample takes milliseconds; this only bounds a hung source (e.g. NVML)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _split_schedstat(text: bytes) -> tuple[int, int]:
-    fields = text.split()
-    return int(fields[0]), int(fields[1])
-
-
-def read_schedstat(path: str) -> tuple[int, int]:
-    """(run ns, run-queue wait ns): the first two fields of a thread's `schedstat`."""
-    with open(path, "rb") as f:
-        return _split_schedstat(f.read())
-
-
-def thread_schedstats(tasks: Path) -> dict[str, tuple[int, int]]:
-    """{thread id: (run ns, run-queue wait ns)} of every thread under `tasks` (/proc/PID/task):
-    the first two fields of its `schedstat`. A thread that ends while it is read is left out;
-    no thread at all raises OSError."""
-    out: dict[str, tuple[int, int]] = {}
-    for task in os.scandir(tasks):
-        try:
-            out[task.name] = read_schedstat(os.path.join(task.path, "schedstat"))
-        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
-            continue
-    if not out:
-        raise OSError(f"no thread schedstat under {tasks}")
-    return out
-
-
-def sum_schedstat(tasks: Path) -> tuple[int, int]:
-    """(run ns, run-queue wait ns) summed over the threads under `tasks` (`thread_schedstats`)."""
-    counts = thread_schedstats(tasks).values()
-    return sum(r for r, _ in counts), sum(w for _, w in counts)
-
-
-def work_wait(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> float:
-    """The run-queue wait share of the threads between two `thread_schedstats`, each thread
-    weighted by its time on a CPU: Σ Δrun·Δwait / (Δrun + Δwait) / Σ Δrun over the threads in
-    both. A thread that did the work counts as its share of it; one that woke briefly, however
-    long it waited to, hardly at all. NaN where no such thread ran."""
-    weighted = ran = 0.0
-    for tid, (run, wait) in after.items():
-        if tid not in before:
-            continue
-        d_run, d_wait = run - before[tid][0], wait - before[tid][1]
-        if d_run > 0 and d_wait >= 0:
-            weighted += d_run * d_wait / (d_run + d_wait)
-            ran += d_run
-    return weighted / ran if ran > 0 else math.nan
 
 
 class Sampler:
@@ -193,11 +125,10 @@ class Sampler:
         self.rank = rank
         self.period_s = float(period_s)
         self.capacity = capacity
-        self.sources: dict[str, str] = {}
-        self.errors = 0
+        self._log = SourceLog()
+        self.sources = self._log.sources
         self.dropped = 0
         self._offset_ns = clock_offset_ns - epoch_ns
-        self._described: dict[str, str] = {}  # each source's description before any error
 
         self._ring = np.zeros(capacity, dtype=RESOURCE_DTYPE)
         self._written = 0  # rows ever written into the ring
@@ -212,157 +143,14 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._stopped = False
 
-        self._open_cpu()
-        self._open_gpu(gpu_index)
-        self._open_ib(ib_root)
-        self._open_sched(sched_root)
+        self._cpu = CpuReader(self._log)
+        self._gpu = GpuReader(self._log, gpu_index)
+        self._ib = IbReader(self._log, ib_root)
+        self._sched = SchedReader(self._log, sched_root, self._cpu.process)
 
-    # --- sources ---------------------------------------------------------------------------
-
-    def _set_source(self, name: str, description: str) -> None:
-        self._described[name] = description
-        self.sources[name] = description
-
-    def _note_error(self, name: str, exc: BaseException) -> None:
-        self.errors += 1
-        base = self._described.get(name, name)
-        self.sources[name] = f"{base}; last error: {_describe(exc)}"
-
-    def _open_cpu(self) -> None:
-        self._psutil: Any = None
-        self._process: Any = None
-        self._cpu_last: Any = None
-        self._fds: list[int] = []  # kept open until stop: one read per sample each
-        try:
-            import psutil  # type: ignore[import-untyped]
-
-            self._process = psutil.Process()
-            self._cpu_times, self._rss, how = self._proc_readers(psutil)
-            self._cpu_last = self._cpu_times()  # priming: the first sample covers the time since now
-        except Exception as exc:  # noqa: BLE001 - no psutil (or no /proc): the CPU columns stay NaN / -1
-            self._set_source("cpu", f"absent: {_describe(exc)}")
-            return
-        self._psutil = psutil
-        self._set_source("cpu", how)
-
-    def _proc_readers(self, psutil: Any) -> tuple[Callable[[], Any], Callable[[], int], str]:
-        """(the node's CPU times, the process's RSS, how): on Linux one read each of /proc/stat's
-        first line and /proc/self/statm, through descriptors kept open; elsewhere psutil's."""
-        try:
-            stat, statm = self._open_fd("/proc/stat"), self._open_fd("/proc/self/statm")
-        except OSError:
-            return psutil.cpu_times, lambda: int(self._process.memory_info().rss), "psutil"
-        page = os.sysconf("SC_PAGE_SIZE")
-
-        def cpu_times() -> _CpuTimes:
-            ticks = [int(x) for x in os.pread(stat, 512, 0).split(b"\n", 1)[0].split()[1:]]  # after b"cpu"
-            return _CpuTimes(*(ticks + [0] * len(_CpuTimes._fields))[: len(_CpuTimes._fields)])  # old kernels: fewer
-
-        return cpu_times, lambda: int(os.pread(statm, 128, 0).split()[1]) * page, "/proc/stat, /proc/self/statm"
-
-    def _open_fd(self, path: str) -> int:
-        fd = os.open(path, os.O_RDONLY)
-        self._fds.append(fd)
-        return fd
-
-    def _open_gpu(self, index: int | None) -> None:
-        self._nvml: Any = None
-        self._gpu: Any = None
-        self._gpu_reads: list[tuple[str, Callable[[], float]]] = []
-        if index is None:
-            self._set_source("gpu", "absent: no GPU index given")
-            return
-        try:
-            import pynvml
-        except ImportError as exc:
-            self._set_source("gpu", f"absent: {_describe(exc)}")
-            return
-        try:
-            pynvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            self._set_source("gpu", f"absent: {_describe(exc)}")
-            return
-        try:
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = pynvml.nvmlDeviceGetName(handle)
-        except Exception as exc:  # noqa: BLE001 - no such GPU, no permission, ...
-            self._set_source("gpu", f"absent: GPU {index}: {_describe(exc)}")
-            self._shutdown_nvml(pynvml)
-            return
-        if isinstance(name, bytes):  # older nvidia-ml-py returns bytes
-            name = name.decode(errors="replace")
-        self._nvml, self._gpu = pynvml, handle
-        reads: list[tuple[str, Callable[[], float]]] = [
-            ("gpu_util", lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)),
-            ("gpu_mem_bytes", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)),
-            ("gpu_power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),  # mW -> W
-            ("gpu_sm_clock_mhz", lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))),
-        ]
-        # Probe each metric once: one a GPU does not support (power on some boards) stays
-        # NaN / -1 for good instead of counting an error at every sample.
-        missing = []
-        for column, read in reads:
-            try:
-                read()
-            except Exception as exc:  # noqa: BLE001 - NVMLError_NotSupported, ...
-                missing.append(f"{column}: {_describe(exc)}")
-            else:
-                self._gpu_reads.append((column, read))
-        description = f"nvml: GPU {index} ({name})"
-        if missing:
-            description += " without " + ", ".join(missing)
-        self._set_source("gpu", description)
-
-    def _shutdown_nvml(self, nvml: Any) -> None:
-        try:
-            nvml.nvmlShutdown()
-        except Exception as exc:  # noqa: BLE001 - nothing to do about it but say so
-            self._note_error("gpu", exc)
-
-    def _open_ib(self, ib_root: str) -> None:
-        root = Path(ib_root)
-        # The counter files are found once: HCAs and ports do not come and go during a job.
-        self._ib_rx = [str(p) for p in sorted(root.glob("*/ports/*/counters/port_rcv_data"))]
-        self._ib_tx = [str(p) for p in sorted(root.glob("*/ports/*/counters/port_xmit_data"))]
-        if not root.is_dir():
-            self._set_source("ib", f"absent: no {ib_root}")
-        elif not self._ib_rx and not self._ib_tx:
-            self._set_source("ib", f"absent: no port counters under {ib_root}")
-        else:
-            self._set_source("ib", f"sysfs: {len(self._ib_rx)} port(s) under {ib_root}")
-
-    def _open_sched(self, root: str) -> None:
-        self._sched_root: Path | None = None
-        self._threads: dict[str, tuple[int, int]] | None = None  # at the last thorough sample (work_wait)
-        self._main_fd = -1
-        self._set_source("children", "absent: no schedstat")
-        main = os.path.join(root, str(threading.get_native_id()), "schedstat")
-        try:
-            sum_schedstat(Path(root))
-            self._main_fd = self._open_fd(main)
-            _split_schedstat(os.pread(self._main_fd, 256, 0))
-        except (OSError, ValueError, IndexError) as exc:
-            self._main_fd = -1
-            self._set_source("sched", f"absent: {_describe(exc)}")
-            return
-        self._sched_root = Path(root)
-        self._set_source("sched", f"process CPU clock; schedstat: {root}/*/schedstat, main thread {main}")
-        self._proc_root = self._sched_root.parent.parent  # /proc, for the descendants' threads
-        if self._process is None:
-            self._set_source("children", "absent: no psutil")
-        else:
-            self._set_source("children", f"psutil descendants, {self._proc_root}/PID/task/*/schedstat")
-
-    @staticmethod
-    def _sum_counters(paths: list[str]) -> int:
-        total = 0
-        for path in paths:
-            with open(path, "rb") as f:
-                total += int(f.read())
-        # The counters are in 4-byte words (IB PortRcvData / PortXmitData count octets / 4).
-        # Kernels expose the 64-bit extended counters where the HCA has them; on very old
-        # HCAs they are 32-bit and saturate at 2**32 - 1 words (16 GiB).
-        return total * _IB_WORD_BYTES
+    @property
+    def errors(self) -> int:
+        return self._log.errors
 
     # --- sampling --------------------------------------------------------------------------
 
@@ -376,113 +164,16 @@ class Sampler:
     def _sample(self, thorough: bool) -> None:
         row = self._row
         row["t"] = (time.perf_counter_ns() + self._offset_ns) / 1e9
-        self._read_cpu(row)
-        self._read_gpu(row)
-        self._read_ib(row)
-        self._read_sched(row, thorough)
-        self._read_children(row, thorough)
+        self._cpu.read(row)
+        self._gpu.read(row)
+        self._ib.read(row)
+        self._sched.read(row, thorough)
         with self._lock:
             if self._written - self._read >= self.capacity:  # full: the oldest row goes
                 self._read += 1
                 self.dropped += 1
             self._ring[self._written % self.capacity] = row
             self._written += 1
-
-    def _read_cpu(self, row: Any) -> None:
-        psutil = self._psutil
-        if psutil is None:
-            for column in _CPU_COLUMNS:
-                row[column] = math.nan
-            row["rss_bytes"] = -1
-            return
-        try:
-            now = self._cpu_times()
-            last, self._cpu_last = self._cpu_last, now
-            total = 0.0
-            for field in now._fields:
-                if field not in _GUEST_FIELDS:  # on Linux guest time is already in user / nice
-                    total += max(0.0, getattr(now, field) - getattr(last, field))
-            scale = 100.0 / total if total > 0 else 0.0
-            row["cpu_user"] = min(100.0, max(0.0, now.user - last.user) * scale)
-            row["cpu_system"] = min(100.0, max(0.0, now.system - last.system) * scale)
-            for column in ("cpu_iowait", "cpu_steal"):  # Linux notions: NaN elsewhere
-                field = column[4:]
-                if hasattr(now, field):
-                    row[column] = min(100.0, max(0.0, getattr(now, field) - getattr(last, field)) * scale)
-                else:
-                    row[column] = math.nan
-        except Exception as exc:  # noqa: BLE001 - a failing source must not stop the sampler
-            for column in _CPU_COLUMNS:
-                row[column] = math.nan
-            self._note_error("cpu", exc)
-        try:
-            row["rss_bytes"] = self._rss()
-        except Exception as exc:  # noqa: BLE001
-            row["rss_bytes"] = -1
-            self._note_error("cpu", exc)
-
-    def _read_gpu(self, row: Any) -> None:
-        for column in _GPU_FLOAT_COLUMNS:
-            row[column] = math.nan
-        row["gpu_mem_bytes"] = -1
-        for column, read in self._gpu_reads:
-            try:
-                row[column] = read()
-            except Exception as exc:  # noqa: BLE001 - any NVMLError: this row's value stays NaN / -1
-                self._note_error("gpu", exc)
-
-    def _read_sched(self, row: Any, thorough: bool) -> None:
-        for column in SCHED_COLUMNS:
-            row[column] = -1
-        row[WORK_WAIT] = math.nan
-        if self._sched_root is None or self._main_fd < 0:  # no schedstat, or stopped
-            return
-        try:
-            row["sched_run_ns"] = time.process_time_ns()
-            row["main_run_ns"], row["main_wait_ns"] = _split_schedstat(os.pread(self._main_fd, 256, 0))
-            if thorough:
-                threads = thread_schedstats(self._sched_root)
-                row["sched_wait_ns"] = sum(w for _, w in threads.values())
-                if self._threads is not None:
-                    row[WORK_WAIT] = work_wait(self._threads, threads)
-                self._threads = threads
-        except (OSError, ValueError, IndexError) as exc:  # the main thread ended: counts unknown
-            self._note_error("sched", exc)
-
-    def _close_files(self) -> None:
-        self._main_fd = -1
-        for fd in self._fds:
-            os.close(fd)
-        self._fds = []
-        self._psutil = None  # the CPU columns are NaN / -1 from now on
-
-    def _read_children(self, row: Any, thorough: bool) -> None:
-        row[CHILD_RUN] = -1
-        if not thorough or self._process is None or self._sched_root is None:
-            return
-        try:
-            children = self._process.children(recursive=True)
-        except Exception as exc:  # noqa: BLE001 - /proc unreadable: this row's value stays -1
-            self._note_error("children", exc)
-            return
-        run = 0
-        for child in children:
-            try:
-                run += sum_schedstat(self._proc_root / str(child.pid) / "task")[0]
-            except (OSError, ValueError, IndexError):  # it ended meanwhile: it takes its time with it
-                continue
-        row[CHILD_RUN] = run
-
-    def _read_ib(self, row: Any) -> None:
-        if not self._ib_rx and not self._ib_tx:
-            row["ib_rx_bytes"] = row["ib_tx_bytes"] = -1
-            return
-        try:
-            row["ib_rx_bytes"] = self._sum_counters(self._ib_rx)
-            row["ib_tx_bytes"] = self._sum_counters(self._ib_tx)
-        except Exception as exc:  # noqa: BLE001 - a vanished or unreadable counter file
-            row["ib_rx_bytes"] = row["ib_tx_bytes"] = -1
-            self._note_error("ib", exc)
 
     # --- thread ----------------------------------------------------------------------------
 
@@ -494,7 +185,7 @@ class Sampler:
             try:
                 self.sample_now(thorough=False)
             except Exception as exc:  # noqa: BLE001 - sources catch their own; this is the last net
-                self._note_error("sampler", exc)
+                self._log.note_error("sampler", exc)
             deadline += period_ns
             now = time.perf_counter_ns()
             if deadline <= now:  # fell behind (slow source, suspended process): skip, do not burst
@@ -518,15 +209,12 @@ class Sampler:
         if thread is not None:
             thread.join(_JOIN_TIMEOUT_S)
             if thread.is_alive():  # stuck in a source: leave it (a daemon) and its NVML handle alone
-                self._note_error("sampler", TimeoutError(f"sampler thread still running after {_JOIN_TIMEOUT_S} s"))
+                self._log.note_error("sampler", TimeoutError(f"sampler thread still running after {_JOIN_TIMEOUT_S} s"))
                 return
         self.sample_now()
-        self._close_files()
-        nvml = self._nvml
-        if nvml is not None:
-            self._nvml = self._gpu = None
-            self._gpu_reads = []
-            self._shutdown_nvml(nvml)
+        self._cpu.close()
+        self._sched.close()
+        self._gpu.close()
 
     def drain(self) -> np.ndarray:
         """Rows (RESOURCE_DTYPE) recorded since the last drain, oldest first; safe while sampling."""

@@ -11,7 +11,8 @@ from pathlib import Path
 import h5py
 import pytest
 
-from hpcbench.analysis.model import linkfit as calibration, mpi_rules
+from hpcbench.analysis.model import linkfit as calibration
+from hpcbench.analysis.model import mpi_rules
 from hpcbench.analysis.model.collectives import ring_allreduce
 from hpcbench.errors import HpcbenchError
 from hpcbench.rank.collectives import library_version

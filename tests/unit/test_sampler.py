@@ -1,4 +1,5 @@
-"""hpcbench.trace.sampler: real psutil, real NVML (absent on the development machine), fake IB sysfs."""
+"""hpcbench.trace.sampler (and its sources: cpu, gpu, infiniband, schedstat): real psutil, real NVML (absent
+on the development machine), fake IB sysfs."""
 
 from __future__ import annotations
 
@@ -415,12 +416,13 @@ def test_the_proc_readers_read_what_psutil_reads(samplers: list[Sampler], clock:
     tick = os.sysconf("SC_CLK_TCK")
     for _ in range(3):  # the descriptors read fresh values every time
         busy(0.05)
-        ours, theirs = s._cpu_times(), psutil.cpu_times()
+        ours, theirs = s._cpu.cpu_times(), psutil.cpu_times()
         for field in ("user", "system", "idle", "iowait", "steal"):
             assert getattr(ours, field) / tick == pytest.approx(getattr(theirs, field), abs=0.05), field
-        assert abs(s._rss() - psutil.Process().memory_info().rss) <= 64 * os.sysconf("SC_PAGE_SIZE")
+        assert abs(s._cpu.rss() - psutil.Process().memory_info().rss) <= 64 * os.sysconf("SC_PAGE_SIZE")
+    assert len(s._cpu.files.fds) == 2 and len(s._sched.files.fds) == 1  # /proc/stat, statm; the loop's schedstat
     s.stop()
-    assert s._fds == []  # closed
+    assert s._cpu.files.fds == [] and s._sched.files.fds == []  # closed
     s.sample_now()
     (*_, last) = s.drain()
     assert math.isnan(last["cpu_user"]) and last["rss_bytes"] == -1 and last["sched_run_ns"] == -1
