@@ -1,4 +1,5 @@
-"""Shared helpers: run the real command-line tools in subprocesses."""
+"""Shared helpers: run the real command-line tools in subprocesses; hpcbench installed as a user
+installs it (`installed`)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import yaml
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan import envs
 from hpcbench.store.reader import PointData, read_point
+from hpcbench.testing.installed import Installed, install
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRE_ENVS = bool(os.environ.get("HPCBENCH_REQUIRE_ENVS"))  # CI: a missing environment fails, not skips
@@ -64,6 +66,13 @@ def write_spec(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    """hpcbench `pip install`ed (not editable) from a copy of this checkout, run from a folder
+    outside it (the site-install test and the Slurm test of an installed package)."""
+    return install(tmp_path_factory.mktemp("install"))
 
 
 def run_sweep(write_spec: Callable[..., Path], out: Path, text: str, timeout: float = 600) -> list[PointData]:

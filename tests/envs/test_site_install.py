@@ -40,10 +40,9 @@ import pytest
 
 from hpcbench.plan import envs
 from hpcbench.rank import linkage
-from tests.installed import Installed, copy_tree, installed
+from hpcbench.testing.installed import Installed, copy_tree
 
 pytestmark = pytest.mark.slow
-__all__ = ["installed"]  # the fixture, shared with the Slurm test of an installed package
 
 ROOT = envs.ROOT
 USER = "hbsite"

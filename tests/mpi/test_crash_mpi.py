@@ -24,8 +24,8 @@ import pytest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 from tests.conftest import ROOT, run_module, spec_text
-from tests.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 
 pytestmark = pytest.mark.mpi
 

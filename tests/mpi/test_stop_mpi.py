@@ -27,9 +27,9 @@ from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
+from hpcbench.testing.crash import BATCH, rank_pids
 from hpcbench.worker import LOOP_BEGINS
 from tests.conftest import ROOT, run_module, spec_text
-from tests.crash import BATCH, rank_pids
 
 pytestmark = pytest.mark.mpi
 

@@ -36,10 +36,10 @@ from hpcbench.executors.local import LINGER_S
 from hpcbench.rank.peers import PROBE_S
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, Entry, Manifest
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 from hpcbench.testing.faults import Faults, ensure_nftables
 from hpcbench.testing.netlab import Lab
 from tests.conftest import ROOT, run_module
-from tests.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 

@@ -47,9 +47,9 @@ import yaml
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import ACTIVE, DONE, FAILED, STOPPED, Entry, Manifest
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_rows, rank_pids
 from hpcbench.testing.faults import Fault, Faults
 from tests.conftest import ROOT
-from tests.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_rows, rank_pids
 from tests.net.conftest import NODES, NetCluster
 
 pytestmark = [pytest.mark.slurm, pytest.mark.mpi, pytest.mark.slow]

@@ -20,8 +20,8 @@ import pytest
 
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_flushed_rows, rank_pids
 from tests.conftest import run_module
-from tests.crash import BATCH, FLUSH_EVERY, SUBMITIT_TASK, WORKER, check_flushed_rows, rank_pids
 from tests.slurm.conftest import slurm_spec, wait_for_state, wait_until_finished
 
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]

@@ -10,10 +10,9 @@ import pytest
 
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, Manifest
-from tests.installed import Installed, installed
+from hpcbench.testing.installed import Installed
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.usefixtures("slurm_cluster")]
-__all__ = ["installed"]  # the fixture (tests/installed.py)
 
 SPEC = """\
 name: installed

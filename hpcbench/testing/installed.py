@@ -1,6 +1,6 @@
 """hpcbench installed as a user installs it (`pip install`, not editable) from a copy of the
 source, run from a folder outside any checkout: shared by the site-install test and the
-Slurm test of an installed package.
+Slurm test of an installed package (their fixture, `installed`, is in tests/conftest.py).
 
 The fresh environment sees the project's .venv through a .pth line (what
 `--system-site-packages` would do with an interpreter that has them) so that torch & co are
@@ -16,8 +16,6 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
-
-import pytest
 
 from hpcbench.plan import envs
 
@@ -72,9 +70,9 @@ class Installed:
         )
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    this = Installed(tmp_path_factory.mktemp("install"))
+def install(tmp: Path) -> Installed:
+    """hpcbench installed from a copy of this working tree into a fresh environment in `tmp`."""
+    this = Installed(tmp)
     source = this.tmp / "source"
     copy_tree(source)
     base = getattr(sys, "_base_executable", sys.executable)

@@ -45,7 +45,7 @@ def test_run_dry_run_is_the_sweep_entry_point(write_spec: Callable[..., Path], t
 
 def test_errors_name_the_command_used(tmp_path: Path) -> None:
     res = run_module("hpcbench", "analyze", str(tmp_path / "none"))
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input (docs/running.md#outputs-and-exit-codes)
     assert res.stderr.strip() == f"hpcbench: error: {tmp_path / 'none'}: no such sweep directory"
     res = run_module("hpcbench.analyze", str(tmp_path / "none"))
     assert res.stderr.startswith("hpcbench.analyze: error: ")

@@ -99,7 +99,7 @@ def test_status_lists_every_point(write_spec: Callable[..., Path], tmp_path: Pat
 
 def test_analyze_refuses_a_directory_without_results(tmp_path: Path) -> None:
     res = run_module("hpcbench.analyze", str(tmp_path))
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input (docs/running.md#outputs-and-exit-codes)
     assert "no complete point files" in res.stderr
 
 

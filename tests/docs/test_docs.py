@@ -12,7 +12,7 @@ import pytest
 
 from hpcbench.store import schema
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 POINT_FILE_DOC = DOCS / "point-file.md"

@@ -1,6 +1,6 @@
 """The batch scripts a Slurm sweep submits, one golden file per launcher (from --dry-run).
 
-Refresh after an intended change with:  HPCBENCH_UPDATE_GOLDEN=1 python -m pytest tests/test_sbatch_golden.py
+Refresh after an intended change with:  HPCBENCH_UPDATE_GOLDEN=1 python -m pytest tests/slurm/test_sbatch_golden.py
 """
 
 from __future__ import annotations
@@ -40,6 +40,6 @@ def test_sbatch_script_matches_golden(
     assert golden.exists(), f"no golden file {golden}; create it with HPCBENCH_UPDATE_GOLDEN=1"
     assert actual == golden.read_text(), (
         f"{golden.name} differs from what a dry run writes now; if the change is intended, refresh with "
-        "HPCBENCH_UPDATE_GOLDEN=1 python -m pytest tests/test_sbatch_golden.py"
+        "HPCBENCH_UPDATE_GOLDEN=1 python -m pytest tests/slurm/test_sbatch_golden.py"
     )
     assert not list(out.glob("*.h5")) and not (out / "manifest.json").exists()  # nothing submitted

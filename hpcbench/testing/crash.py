@@ -1,6 +1,6 @@
-"""What the kill-at-random and soak tests share: finding a point's rank processes, checking that a
-crashed point file holds every flushed iteration of every rank, and that a struck 2-rank file's rows
-are whole (`check_rows`)."""
+"""What the kill-at-random and soak tests (tests/mpi, tests/slurm, tests/net) share: finding a
+point's rank processes, checking that a crashed point file holds every flushed iteration of every
+rank, and that a struck 2-rank file's rows are whole (`check_rows`)."""
 
 from __future__ import annotations
 
@@ -45,7 +45,8 @@ def check_flushed_rows(path: Path, ranks: int) -> int:
     assert written % FLUSH_EVERY == 0, "only whole blocks are announced"
     it = data.iterations
     assert it.shape == (ranks, written)
-    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
+    assert (it["t_start"] > 0).all()
+    assert (it["t_end"] > it["t_start"]).all()
     assert (it["samples"] == BATCH).all()
     assert np.isfinite(it["loss"]).all()
     if written:
@@ -61,7 +62,8 @@ def check_rows(data: PointData, stopped: bool) -> int:
     written = int(data.attrs["iterations_written"])
     it = data.iterations
     assert it.shape == (2, written)
-    assert (it["t_start"] > 0).all() and (it["t_end"] > it["t_start"]).all()
+    assert (it["t_start"] > 0).all()
+    assert (it["t_end"] > it["t_start"]).all()
     assert (it["samples"] == BATCH).all()
     assert (data.comm["iteration"] < written).all()
     if stopped:
