@@ -11,12 +11,27 @@ slowest rank's, its training time the slowest rank's training time so far.
   was first reached (seed 002 reports "peak accuracy first reached at epoch E, time T").
 - `time_to_target_s`: training time of the first evaluation reaching the target accuracy
   (a fraction, e.g. 0.98); NaN without a target or when it was never reached.
+
+What an accuracy means: on `dataset: synthetic` (random images around one prototype per class)
+it says whether the model learnt those prototypes, not how it does on a real task, and after a
+short timing run it is mostly chance (1 / classes: LeNet's 10 %). `reading` writes it as a
+table shows it: on synthetic data it is labelled so, and called chance when it is not clearly
+above chance (CHANCE_SIGMAS binomial standard deviations of the samples tested).
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
+
+from hpcbench.spec import Point
+from hpcbench.workloads.architectures import ARCHITECTURES
+from hpcbench.workloads.datasets import SHAPES
+
+SYNTHETIC = "synthetic"
+CHANCE_SIGMAS = 3.0  # above chance: more than this many binomial standard deviations above 1 / classes
 
 ACCURACY_COLUMNS = [
     "evaluations", "epochs", "accuracy", "best_accuracy", "train_time_s", "test_time_s",
@@ -82,3 +97,44 @@ def accuracy_row(eval_rows: np.ndarray, iterations: np.ndarray, target: float | 
             if reached.size:
                 row["time_to_target_s"] = float(evals["train_time_s"].iloc[int(reached[0])])
     return row
+
+
+def classes(point: Point) -> int | None:
+    """The classes the point's model tells apart: the dataset's (a real one), else the model's
+    own (synthetic data takes the model's); None for a model that does not classify."""
+    if point.dataset in SHAPES:
+        return SHAPES[point.dataset][1]
+    found = ARCHITECTURES.get(point.model)
+    return found[1] if found is not None and found[1] > 0 else None
+
+
+def chance(point: Point) -> float | None:
+    """The accuracy of guessing: 1 / classes (None without classes)."""
+    n = classes(point)
+    return 1.0 / n if n else None
+
+
+def at_chance(value: float, point: Point, tested: float) -> bool:
+    """Whether an accuracy measured on `tested` samples is not clearly above chance."""
+    p = chance(point)
+    if p is None or not math.isfinite(value):
+        return False
+    spread = math.sqrt(p * (1 - p) / tested) if tested > 0 else 1.0
+    return value <= p + CHANCE_SIGMAS * spread
+
+
+def reading(value: float, point: Point, tested: float = 0.0) -> str:
+    """An accuracy (a fraction) as the report's tables show it, in percent: plain on a real
+    dataset; on synthetic data labelled so, and as chance where it is not clearly above it
+    ("chance (8.59; synthetic data)"), with chance beside it otherwise. '' for NaN."""
+    if not math.isfinite(value):
+        return ""
+    text = f"{value * 100:.2f}"
+    if point.dataset != SYNTHETIC:
+        return text
+    p = chance(point)
+    if p is None:
+        return f"{text} (synthetic data)"
+    if at_chance(value, point, tested):
+        return f"chance ({text}; synthetic data)"
+    return f"{text} (synthetic data; chance {p * 100:.2f})"

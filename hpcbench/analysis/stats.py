@@ -104,7 +104,8 @@ def point_warnings(table: pd.DataFrame) -> list[str]:
             if max(low, high) >= OUTLIER_WARNING:
                 notes.append(
                     f"point {row['point']}: slowest or fastest iteration is {max(low, high):.0%} from the mean "
-                    "(outliers); look at the trace (analyze trace) for pauses, and rerun on an idle machine"
+                    f"(outliers); look at its timeline (hpcbench trace {row['point']}.h5 -o {row['point']}.json) "
+                    "for pauses, and rerun on an idle machine"
                 )
         notes += resources.host_notes(str(row["point"]), row)
     return notes

@@ -143,10 +143,12 @@ def load_sweep(
     executor = (_one_of(tuple(executor_choices)) if executor_choices else _text)(
         "executor", raw.get("executor", "local")
     )
+    _only_with_own_executor(raw, executor, sections, {})
     parsed = {key: parse(key, raw.get(key)) for key, parse in sections.items() if raw.get(key) is not None}
     profile = None if raw.get("profile") is None else _text("profile", raw["profile"])
 
     axes, values, origin, groups = _axes(raw, fields)
+    _only_with_own_executor(raw, executor, sections, origin)
     excludes = _excludes(raw.get("exclude") if raw.get("exclude") is not None else [], fields)
     options = _options(raw.get("options") if raw.get("options") is not None else {})
     points, used = _expand(axes, values, groups, excludes)
@@ -154,6 +156,28 @@ def load_sweep(
         _check_points(points, check, origin)
     warnings = tuple(f"exclude[{i}] matches no point" for i, u in enumerate(used) if not u)
     return Sweep(name, executor, tuple(points), options, parsed, profile, text, origin, warnings)
+
+
+# Point fields that hold one executor's per-point options: field name = executor name.
+EXECUTOR_FIELDS = ("slurm",)
+
+
+def _only_with_own_executor(
+    raw: Mapping[str, Any], executor: str, sections: Mapping[str, OptionsParser], origin: Mapping[str, str]
+) -> None:
+    """An executor's options (its top-level section, or the point field named after it) are
+    refused under another executor: they would not be used, and the point field would change
+    the point ids."""
+    for name in sorted({*sections, *EXECUTOR_FIELDS}):
+        if name == executor:
+            continue
+        where = name if raw.get(name) is not None and name in sections else origin.get(name)
+        if where is not None:
+            raise SpecError(
+                where,
+                f"{name} options are for executor {name}, and this sweep's executor is {executor}",
+                f"{name} options only with executor: {name}; remove them, or set executor: {name}",
+            )
 
 
 def _name(raw: Mapping[str, Any]) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.spec import Point
+from hpcbench.spec import Point, labels
 from hpcbench.sweepdir.atomic import write_text_atomic
 from hpcbench.sweepdir.layout import SweepDir
 
@@ -56,6 +56,7 @@ class Manifest:
     name: str
     executor: str
     entries: dict[str, Entry] = field(default_factory=dict)
+    _added: bool = field(default=False, repr=False, compare=False)  # entries added since the labels were made
 
     FILE = SweepDir.MANIFEST
 
@@ -77,9 +78,11 @@ class Manifest:
             bad = [i for i in entries if not isinstance(i, str) or not POINT_ID.fullmatch(i)]
             if bad:
                 raise HpcbenchError(f"{path}: unreadable manifest (point ids {bad[:3]} are not 12 hex digits)")
-            return cls(directory, data["name"], data["executor"], entries)
+            manifest = cls(directory, data["name"], data["executor"], entries)
         except (KeyError, TypeError) as exc:
             raise HpcbenchError(f"{path}: unreadable manifest ({type(exc).__name__}: {exc})") from None
+        manifest.relabel()  # a manifest written before labels told points apart
+        return manifest
 
     @classmethod
     def open(cls, directory: Path, name: str, executor: str) -> Manifest:
@@ -94,9 +97,27 @@ class Manifest:
         entry = self.entries.get(point.id)
         if entry is None:
             entry = self.entries[point.id] = Entry(point.id, point.label(), point.as_dict())
+            self._added = True
         return entry
 
+    def relabel(self) -> None:
+        """Labels that tell the entries apart (`status`, `run`): Point.label(), and where points
+        share it the fields in which they differ (hpcbench.spec.labels). An entry whose point
+        cannot be read back keeps its label."""
+        points = []
+        for entry in self.entries.values():
+            try:
+                points.append(Point.from_dict(entry.point))
+            except (HpcbenchError, TypeError, ValueError):
+                continue
+        found = labels(points)
+        for entry in self.entries.values():
+            entry.label = found.get(entry.id, entry.label)
+        self._added = False
+
     def save(self) -> None:
+        if self._added:
+            self.relabel()
         data = {
             "version": MANIFEST_VERSION,
             "name": self.name,

@@ -204,6 +204,63 @@ def test_provenance_differences_are_listed_without_job_ids(sweeps: dict[str, Pat
     assert same.provenance == []
 
 
+def open_mpi_run(job: int, pid: int, **settings: str) -> dict[str, object]:
+    """The provenance one Open MPI run records, as real point files hold it: job ids, daemon
+    URIs, session folders, a random key and the sampler's thread ids change on every run."""
+    environment = {
+        "OMPI_MCA_ess_base_jobid": str(job * 65536 + 1),
+        "OMPI_MCA_ess_base_vpid": "0",
+        "OMPI_MCA_orte_hnp_uri": f"{job * 65536}.0;tcp://192.0.2.2:{40000 + pid % 999};tcp6://[fd00::2]:59793",
+        "OMPI_MCA_orte_local_daemon_uri": f"{job * 65536}.0;tcp://192.0.2.2:{40000 + pid % 999}",
+        "OMPI_MCA_orte_jobfam_session_dir": f"/tmp/ompi.vm.0/pid.{pid}",
+        "OMPI_MCA_orte_top_session_dir": "/tmp/ompi.vm.0",
+        "OMPI_MCA_orte_precondition_transports": f"{pid:016x}-{job:016x}",
+        "OMPI_MCA_orte_tmpdir_base": "/tmp",
+        "OMPI_MCA_mpi_oversubscribe": "1",
+        "SLURM_JOB_ID": str(job),
+        "OMP_NUM_THREADS": "1",
+        **settings,
+    }
+    sources = {"cpu": "/proc/stat, /proc/self/statm", "gpu": "absent: no GPU index given",
+               "sched": f"process CPU clock; schedstat: /proc/self/task/*/schedstat, main thread "
+                        f"/proc/self/task/{pid + 4}/schedstat"}  # fmt: skip
+    second = {**sources, "sched": sources["sched"].replace(f"{pid + 4}", f"{pid + 5}")}
+    return {"mpi": "Open MPI v4.1.4", "torch": "2.13.0+cpu", "slurm_job_id": str(job),
+            "environment": environment, "resource_sources": [sources, second]}  # fmt: skip
+
+
+def one_run(directory: Path, provenance: dict[str, object]) -> Path:
+    directory.mkdir(parents=True)
+    point = point_of("lenet", 2, 1, "old")
+    a = noisy(2, 0.05, np.random.default_rng(1), NOISE, 0.0)
+    write_point_file(directory / f"{point.id}.h5", point, a, provenance=provenance)
+    return directory
+
+
+def test_provenance_that_differs_on_every_run_is_left_out(tmp_path: Path) -> None:
+    base = one_run(tmp_path / "a", open_mpi_run(820051969, 23583))
+    again = one_run(tmp_path / "b", open_mpi_run(830537729, 23935))
+    c = cmp.compare(base, again)
+    assert c.provenance == [], [d.key for d in c.provenance]
+    upgraded = open_mpi_run(840000001, 24000, OMPI_MCA_btl="self,tcp")
+    upgraded["mpi"] = "Open MPI v4.1.6"
+    changed = one_run(tmp_path / "c", upgraded)
+    diffs = {d.key: (d.baseline, d.new) for d in cmp.compare(base, changed).provenance}
+    assert diffs == {
+        "mpi": (("Open MPI v4.1.4",), ("Open MPI v4.1.6",)),
+        "environment.OMPI_MCA_btl": ((), ("self,tcp",)),
+    }
+    assert cmp.per_run_key("environment.OMPI_MCA_orte_hnp_uri") and not cmp.per_run_key("environment.NCCL_ALGO")
+    assert cmp.steady_value("main thread /proc/self/task/23587/schedstat") == "main thread /proc/PID/task/TID/schedstat"
+
+
+def test_the_per_run_rule_is_in_the_docs() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "compare.md").read_text(encoding="utf-8")
+    missing = [key for key in cmp.PER_RUN_KEYS if f"`{key}`" not in doc]
+    missing += [mask for _, mask, _ in cmp.PER_RUN_VALUES if f"`{mask}`" not in doc]
+    assert not missing, f"docs/compare.md#provenance does not list {missing}"
+
+
 def test_the_output_is_reproducible(sweeps: dict[str, Path]) -> None:
     first = run_cli(sweeps["baseline"], sweeps["slower"], "--format", "csv")
     assert first == run_cli(sweeps["baseline"], sweeps["slower"], "--format", "csv")

@@ -314,10 +314,13 @@ def listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
-def refused(argv: list[str], capsys: pytest.CaptureFixture[str], needle: str) -> None:
+def refused(argv: list[str], capsys: pytest.CaptureFixture[str], needle: str, skipped: int = 0) -> None:
+    """Exit 2 with one error line holding `needle`, after `skipped` warnings (one per point
+    file skipped, printed when no point could be exported)."""
     assert cli.main(argv, io.StringIO()) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and needle in err, err
+    *warnings, error = capsys.readouterr().err.strip().splitlines()
+    assert needle in error and error.startswith("hpcbench export: error: "), error
+    assert len(warnings) == skipped and all(w.startswith("warning: skipped ") for w in warnings), warnings
 
 
 def test_bad_input_exits_2_and_writes_nothing(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -327,7 +330,7 @@ def test_bad_input_exits_2_and_writes_nothing(sweep: Path, tmp_path: Path, capsy
     failed_only = tmp_path / "failed"
     failed_only.mkdir()
     (failed_only / f"{FAILED.id}.h5").write_bytes((sweep / f"{FAILED.id}.h5").read_bytes())
-    refused([str(failed_only)], capsys, "no complete point files")
+    refused([str(failed_only)], capsys, "no complete point files", skipped=1)
     assert listing(failed_only) == [f"{FAILED.id}.h5"]
     taken = tmp_path / "taken"
     taken.mkdir()
@@ -349,10 +352,39 @@ def test_a_point_that_cannot_be_read_leaves_no_output(tmp_path: Path, capsys: py
     directory = tmp_path / "damaged"
     directory.mkdir()
     damaged(directory / "0123456789ab.h5")
-    refused([str(directory)], capsys, "no point file could be exported")
+    refused([str(directory)], capsys, "no point file could be exported", skipped=1)
     assert listing(directory) == ["0123456789ab.h5"]
-    refused([str(directory), "-o", str(tmp_path / "new" / "deep" / "out")], capsys, "no point file could be exported")
+    out = ["-o", str(tmp_path / "new" / "deep" / "out")]
+    refused([str(directory), *out], capsys, "no point file could be exported", skipped=1)
     assert not (tmp_path / "new").exists()  # the folders it made are gone again
+
+
+def test_every_skipped_point_is_named_when_none_can_be_exported(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "damaged"
+    directory.mkdir()
+    for name in ("0123456789ab", "123456789abc", "23456789abcd"):
+        damaged(directory / f"{name}.h5")
+    refused([str(directory)], capsys, "3 point files skipped", skipped=3)
+
+
+def test_force_replaces_an_earlier_export(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "again"
+    assert cli.main([str(sweep), "-f", "json,mllog", "-o", str(out)], io.StringIO()) == 0
+    first = (out / "summary.json").read_text()
+    capsys.readouterr()  # the skipped point's warning
+    (out / "summary.json").write_text("stale")
+    refused([str(sweep), "-f", "json", "-o", str(out)], capsys, "exist already")
+    assert (out / "summary.json").read_text() == "stale"
+    assert cli.main([str(sweep), "-f", "json,mllog", "-o", str(out), "--force"], io.StringIO()) == 0
+    capsys.readouterr()
+    assert json.loads((out / "summary.json").read_text())["points"] == json.loads(first)["points"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging left
+    (out / "summary.json").unlink()
+    (out / "summary.json").mkdir()  # --force replaces a regular file only
+    refused([str(sweep), "-f", "json", "-o", str(out), "--force"], capsys, "not a regular file")
+    assert (out / "summary.json").is_dir()
 
 
 def test_unreadable_points_are_skipped_with_a_warning(

@@ -163,7 +163,7 @@ def test_report_of_a_synthetic_sweep_with_known_imbalance(tmp_path: Path) -> Non
 
 def test_report_errors_are_one_line(tmp_path: Path) -> None:
     res = run_module("hpcbench.analyze", "report", str(tmp_path / "none"))
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [f"hpcbench.analyze: error: {tmp_path / 'none'}: no such sweep directory"]
     res = run_module("hpcbench.analyze", "report", str(tmp_path), "--target-accuracy", "97")
     assert res.returncode == 2
@@ -171,7 +171,7 @@ def test_report_errors_are_one_line(tmp_path: Path) -> None:
     bogus = tmp_path / "bench.h5"
     bogus.write_text("not hdf5")
     res = run_module("hpcbench.analyze", "report", str(tmp_path), "--commbench", str(bogus))
-    assert res.returncode == 1
+    assert res.returncode == 2
     assert res.stderr.strip().splitlines() == [
         f"hpcbench.analyze: error: {bogus}: not a readable HDF5 file "
         + res.stderr.split("not a readable HDF5 file ", 1)[1].strip()

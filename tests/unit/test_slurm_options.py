@@ -34,8 +34,10 @@ OPTION_NAMES = (
 
 
 def sweep(body: str) -> Sweep:
-    """A spec loaded as the sweep command loads it: the executors' sections validated by them."""
-    return parse_sweep("name: t\n" + body, catalog())
+    """A spec loaded as the sweep command loads it: the executors' sections validated by them;
+    under the Slurm executor unless the body names one (Slurm options are refused under another)."""
+    head = "name: t\n" + ("" if "executor:" in body else "executor: slurm\n")
+    return parse_sweep(head + body, catalog())
 
 
 def spec_error(call: Any, *args: Any) -> SpecError:
@@ -441,6 +443,24 @@ def test_spec_without_slurm_or_profile() -> None:
     assert dict(s.sections.get("slurm", {})) == {}
     assert s.profile is None
     assert sweep("slurm:\nprofile:\n").profile is None
+
+
+@pytest.mark.parametrize(
+    ("body", "path"),
+    [
+        ("slurm: {partition: gpu}\n", "slurm"),
+        ("fixed: {slurm: {time: 10}}\n", "fixed.slurm"),
+        ("matrix: {slurm: [{time: 10}, {time: 20}]}\n", "matrix.slurm"),
+        ("matrix: {stack: [{seed: 1, slurm: {time: 10}}]}\n", "matrix.stack[0].slurm"),
+    ],
+)
+def test_slurm_options_are_refused_under_the_local_executor(body: str, path: str) -> None:
+    # docs/spec.md: they would not be used, and a point's slurm field would change its id
+    err = spec_error(sweep, "executor: local\n" + body)
+    assert err.path == path
+    assert "executor slurm" in err.problem and "executor is local" in err.problem
+    assert err.allowed is not None and "executor: slurm" in err.allowed
+    assert sweep("executor: local\nslurm:\n").executor == "local"  # an empty section is no options
 
 
 def test_spec_slurm_section_does_not_change_point_ids() -> None:

@@ -48,6 +48,10 @@ class Exported:
     warnings: list[str] = field(default_factory=list)  # point files skipped
 
 
+class NothingToExport(SpecError):
+    """No point of the sweep could be exported: the skipped point files' warnings say why."""
+
+
 def parse_formats(values: Sequence[str]) -> list[str]:
     """Formats from repeated and comma-separated values, in the order first named."""
     chosen: list[str] = []
@@ -101,9 +105,19 @@ def _parquet_exporter() -> type[ParquetExport]:
     return ParquetExport
 
 
-def export_sweep(directory: Path | str, formats: Sequence[str], out: Path | str | None = None) -> Exported:
+def export_sweep(
+    directory: Path | str,
+    formats: Sequence[str],
+    out: Path | str | None = None,
+    force: bool = False,
+    warnings: list[str] | None = None,
+) -> Exported:
     """Export the complete points of `directory` in `formats` into `out` (default
-    DIRECTORY/export). Bad input raises SpecError (exit status 2) before anything is written."""
+    DIRECTORY/export). Bad input raises SpecError (exit status 2) before anything is written;
+    a file of the export that exists already is bad input too, unless `force` (then a regular
+    file is replaced, never a folder, link or device). `warnings`: a list that receives every
+    point file skipped and why, as it is skipped (the same list as the result's), so that a
+    caller can show them all when no point could be exported (NothingToExport)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise SpecError("SWEEP_DIR", f"{directory}: no such directory", "a sweep directory holding <point>.h5 files")
@@ -112,15 +126,19 @@ def export_sweep(directory: Path | str, formats: Sequence[str], out: Path | str 
         target = Path(out) if out is not None else inside(directory, DEFAULT_OUT)
     except HpcbenchError as exc:
         raise SpecError("-o/--output", str(exc), "a directory of your own with -o") from None
-    result = Exported(target, chosen)
+    result = Exported(target, chosen, warnings=warnings if warnings is not None else [])
     candidates = _candidates(directory, result.warnings)
     if not candidates:
-        raise SpecError("SWEEP_DIR", f"{directory}: no complete point files to export", "a sweep with complete points")
+        raise NothingToExport(
+            "SWEEP_DIR",
+            f"{directory}: no complete point files to export{_skipped(result)}",
+            "a sweep with complete points",
+        )
     planned = [*(PARQUET_FILES if "parquet" in chosen else ()), *([SUMMARY] if "json" in chosen else ())]
     planned += [_log_name(path.stem) for path in candidates] if "mllog" in chosen else []
-    check_free(target, planned)
+    check_free(target, planned, force, reads=[directory])
     exporter = _parquet_exporter() if "parquet" in chosen else None
-    with Staging(target) as stage, ThreadPoolExecutor(THREADS, thread_name_prefix="export") as pool:
+    with Staging(target, force) as stage, ThreadPoolExecutor(THREADS, thread_name_prefix="export") as pool:
         parquet = exporter(stage.path) if exporter is not None else None
         try:
             names = _export_points(directory, stage, pool, candidates, chosen, parquet, result)
@@ -130,6 +148,12 @@ def export_sweep(directory: Path | str, formats: Sequence[str], out: Path | str 
             raise
         result.files = stage.commit(names)
     return result
+
+
+def _skipped(result: Exported) -> str:
+    """How many point files were skipped, for an error message (the warnings name each)."""
+    n = len(result.warnings)
+    return f" ({n} point file{'s' if n != 1 else ''} skipped; the warnings name each and why)" if n else ""
 
 
 def _export_points(
@@ -168,7 +192,7 @@ def _export_points(
         wait(pending)  # no job may still write when the files are closed and removed
         raise
     if result.points == 0:
-        raise SpecError("SWEEP_DIR", f"no point file could be exported ({result.warnings[-1]})", "complete point files")
+        raise NothingToExport("SWEEP_DIR", f"no point file could be exported{_skipped(result)}", "complete point files")
     names: list[str] = []
     if parquet is not None:
         parquet.close()

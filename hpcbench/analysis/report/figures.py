@@ -28,15 +28,28 @@ SIZE = (7.0, 4.0)
 DPI = 90
 
 
+def _also(row: pd.Series, column: str) -> str:
+    """A row's text in `column` (report/html.py's `differs`, `series`), '' where it has none."""
+    value = row.get(column, "")
+    return f" {value}" if isinstance(value, str) and value else ""
+
+
 def point_label(row: pd.Series) -> str:
-    return f"{row['framework']}/{row['backend']} {row['model']} N={int(row['ranks'])} b={int(row['batch_size'])}"
+    """A point's label; with the table's `differs` column (report/html.py), what tells it apart
+    from points of the same framework, backend, model, N and batch."""
+    base = f"{row['framework']}/{row['backend']} {row['model']} N={int(row['ranks'])} b={int(row['batch_size'])}"
+    return base + _also(row, "differs")
 
 
 def _series(table: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
-    """Lines of a vs-N plot: one per framework, backend, model and batch, mean over repeats."""
-    for key, group in table.groupby(SERIES, sort=True):
-        framework, backend, model, batch = key
-        yield f"{framework}/{backend} {model} b={batch}", group.groupby("ranks", as_index=False).mean(numeric_only=True)
+    """Lines of a vs-N plot: one per framework, backend, model and batch (and, with the table's
+    `series` column, whatever else tells configurations apart), mean over repeats."""
+    keys = [*SERIES, "series"] if "series" in table else SERIES
+    for key, group in table.groupby(keys, sort=True):
+        framework, backend, model, batch = key[:4]
+        also = f" {key[4]}" if len(key) > 4 and key[4] else ""
+        line = group.groupby("ranks", as_index=False).mean(numeric_only=True)
+        yield f"{framework}/{backend} {model} b={batch}{also}", line
 
 
 def _vs_ranks(table: pd.DataFrame, column: str, ylabel: str, title: str, ideal: bool = False) -> Figure | None:
@@ -181,10 +194,15 @@ def accuracy_vs_time(evaluations: pd.DataFrame, stats: pd.DataFrame) -> Figure |
     data = evaluations[np.isfinite(evaluations["accuracy"].astype(float))] if not evaluations.empty else evaluations
     if data.empty:
         return None
-    labels = {r["point"]: point_label(r) for _, r in stats.iterrows()}
+    synthetic = {r["point"] for _, r in stats.iterrows() if r.get("dataset") == "synthetic"}
+    labels = {r["point"]: point_label(r) + (" (synthetic data)" if r["point"] in synthetic else "")
+              for _, r in stats.iterrows()}  # fmt: skip
     fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
     for point, group in data.groupby("point", sort=True):
         ax.plot(group["train_time_s"], group["accuracy"] * 100, marker="o", label=labels.get(point, str(point)))
+    plotted = stats[stats["point"].isin(set(data["point"]))] if "chance" in stats else stats.iloc[0:0]
+    for level in sorted({float(c) for c in plotted.get("chance", []) if np.isfinite(c)}):
+        ax.axhline(level * 100, color="grey", linestyle=":", linewidth=1, label=f"chance (1/{round(1 / level)})")
     ax.set_xlabel("training time (s)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title("Accuracy vs training time")

@@ -1,21 +1,26 @@
 """The sweep report: SWEEP_DIR/report.html (self-contained, figures as base64 PNG), report.md
-and CSV tables (points, stats, repeats, predictions, evaluations)."""
+and CSV tables (points, stats, repeats, predictions, held_out, evaluations, and the stragglers').
+Rows and figure labels name what tells points apart where the shown columns do not
+(hpcbench.spec.labels); an accuracy on synthetic data reads as such (analysis/accuracy.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import metrics
+from hpcbench.analysis import accuracy, metrics
 from hpcbench.analysis.metric_table import Format, metric, number, percent
+from hpcbench.analysis.pipeline import Analysis
 from hpcbench.analysis.report import figures
 from hpcbench.analysis.report import stragglers as straggler_report
-from hpcbench.analysis.pipeline import Analysis
+from hpcbench.spec import Point, differing
 from hpcbench.sweepdir.atomic import write_text_atomic
 
 _num, _pct = number, percent
@@ -108,6 +113,98 @@ REPEATS = [
 ]  # fmt: skip
 
 
+# What tells a row apart where the columns before it do not (hpcbench.spec.labels): the fields
+# that differ among the points whose framework, backend, env, model, N and batch are the same.
+DIFFERS = Column("differs", "differs in")
+SERIES_SAME = ("nodes", "ranks_per_node", "seed")  # one line of a vs-N figure: its x axis and repeats
+
+
+def _shown(env: bool) -> Callable[[Point], Hashable]:
+    """The key of what IDENT (and env, where shown) shows of a point."""
+
+    def key(p: Point) -> Hashable:
+        return (p.framework, p.backend, p.env if env else None, p.model, p.ranks, p.batch_size)
+
+    return key
+
+
+def _series_key(p: Point) -> Hashable:
+    return (p.framework, p.backend, p.model, p.batch_size)
+
+
+def labelled(analysis: Analysis) -> pd.DataFrame:
+    """The stats table with what the report's tables and figures show beside it: `differs`
+    (what tells a point apart, '' where framework, backend, model, N and batch do), `series`
+    (what tells a vs-N line apart: the same, but not across N and repeats), `dataset`, and
+    `chance` (the accuracy of guessing, 1 / classes)."""
+    stats = analysis.stats.copy()
+    if stats.empty or "point" not in stats:
+        return stats
+    points = {p.point_id: p.point for p in analysis.data}
+    ids = {p.id: pid for pid, p in points.items()}
+    env = metrics.names_environments(stats)
+    differs = {ids[k]: v for k, v in differing(points.values(), _shown(env)).items()}
+    series = {ids[k]: v for k, v in differing(points.values(), _series_key, SERIES_SAME).items()}
+    stats["differs"] = [differs.get(pid, "") for pid in stats["point"]]
+    stats["series"] = [series.get(pid, "") for pid in stats["point"]]
+    stats["dataset"] = [points[pid].dataset if pid in points else "" for pid in stats["point"]]
+    stats["chance"] = [(accuracy.chance(points[pid]) or np.nan) if pid in points else np.nan for pid in stats["point"]]
+    return stats
+
+
+def _tested(evaluations: pd.DataFrame) -> dict[str, float]:
+    """Samples tested in each point's last evaluation (all ranks' shards)."""
+    if evaluations.empty or "point" not in evaluations:
+        return {}
+    return {str(k): float(v) for k, v in evaluations.groupby("point", sort=False)["total"].last().items()}
+
+
+def readable(analysis: Analysis, stats: pd.DataFrame) -> pd.DataFrame:
+    """`stats` (labelled) as the tables show it: an accuracy on synthetic data labelled so, and
+    as chance where it is not clearly above chance (accuracy.reading)."""
+    if stats.empty or "point" not in stats:
+        return stats
+    points = {p.point_id: p.point for p in analysis.data}
+    tested = _tested(analysis.evaluations)
+    shown = stats.copy()
+    for column in ("accuracy", "best_accuracy"):
+        if column in shown:
+            shown[column] = [
+                accuracy.reading(float(value), points[pid], tested.get(pid, 0.0)) if pid in points else value
+                for pid, value in zip(shown["point"], shown[column], strict=True)
+            ]
+    return shown
+
+
+def _with_differs(columns: Sequence[Column], table: pd.DataFrame) -> Sequence[Column]:
+    """`columns` with DIFFERS after the batch size, where some row needs it."""
+    if "differs" not in table or not (table["differs"].astype(str) != "").any():
+        return columns
+    keys = [c.key for c in columns]
+    at = keys.index("batch_size") + 1 if "batch_size" in keys else len(columns)
+    return [*columns[:at], DIFFERS, *columns[at:]]
+
+
+def _differs_by_point(table: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+    """A table keyed by point with the stats' `differs` column joined."""
+    if table.empty or "point" not in table or "differs" not in stats:
+        return table
+    found = dict(zip(stats["point"], stats["differs"], strict=True))
+    return table.assign(differs=[found.get(pid, "") for pid in table["point"]])
+
+
+def _differs_by_config(repeats: pd.DataFrame, analysis: Analysis) -> pd.DataFrame:
+    """The repeats table with what tells each configuration apart (seed aside)."""
+    if repeats.empty or "config" not in repeats:
+        return repeats
+    configs = {}
+    for p in analysis.data:
+        config = dataclasses.replace(p.point, seed=0)
+        configs[config.id] = config
+    found = differing(configs.values(), lambda p: (p.framework, p.backend, p.model, p.ranks, p.batch_size))
+    return repeats.assign(differs=[found.get(str(c), "") for c in repeats["config"]])
+
+
 def cells(table: pd.DataFrame, columns: Sequence[Column]) -> tuple[list[str], list[list[str]]]:
     present = [c for c in columns if c.key in table]
     rows = [[c.fmt(rec[c.key]) for c in present] for rec in table.to_dict("records")]
@@ -163,34 +260,46 @@ def _with_env(columns: Sequence[Column], stats: pd.DataFrame) -> Sequence[Column
 
 
 def sections(analysis: Analysis) -> list[Section]:
-    stats = analysis.stats
+    stats = labelled(analysis)
+    shown = readable(analysis, stats)
     has_accuracy = "evaluations" in stats and bool((stats["evaluations"] > 0).any())
-    scaling, phases, seed002, accuracy = (_with_env(c, stats) for c in (SCALING, PHASE_TABLE, SEED002, ACCURACY))
+    scaling, phases, seed002, accuracy_cols = (
+        _with_differs(_with_env(c, stats), stats) for c in (SCALING, PHASE_TABLE, SEED002, ACCURACY)
+    )
+    predictions = _differs_by_point(analysis.predictions, stats)
+    held_out = _differs_by_point(analysis.held_out, stats)
+    repeats = _differs_by_config(analysis.repeats, analysis)
     out = [
-        Section("Scaling", scaling, stats, "t_iter: median over timed iterations of the ranks' mean iteration time. "
+        Section("Scaling", scaling, shown, "t_iter: median over timed iterations of the ranks' mean iteration time. "
                 "Efficiency is weak (same per-rank batch) or strong (same global batch) as labelled."),
-        Section("Phases", phases, stats, "Mean seconds per iteration over ranks and timed iterations."),
-        Section("Training time, testing time, accuracy, CPU and memory", seed002, stats,
-                "As in Wu et al.'s tables: CPU % of the node (sysstat), memory = RSS per rank."),
-        Section("Performance model: predicted beside measured", PREDICTION, analysis.predictions,
+        Section("Phases", phases, shown, "Mean seconds per iteration over ranks and timed iterations."),
+        Section("Training time, testing time, accuracy, CPU and memory", seed002, shown,
+                "As in Wu et al.'s tables: CPU % of the node (sysstat), memory = RSS per rank. " + ACCURACY_ABOUT),
+        Section("Performance model: predicted beside measured", _with_differs(PREDICTION, predictions), predictions,
                 "Fitted on each configuration's smallest runs (calibration rows, in-sample) and predicted for the "
                 "others; error = (predicted − measured) / measured."),
-        Section("Performance model: each scale predicted without it (leave one scale out)", HELD_OUT,
-                analysis.held_out, "Configurations measured at 3 or more scales, calibrated without the held-out "
-                "scale. The miss (measured − predicted) split by phase: compute, time in the exchange after "
-                "backward, time in no phase."),
-        Section("Repeats (seeds): mean and 95 % confidence interval", REPEATS, analysis.repeats),
+        Section("Performance model: each scale predicted without it (leave one scale out)",
+                _with_differs(HELD_OUT, held_out), held_out, "Configurations measured at 3 or more scales, "
+                "calibrated without the held-out scale. The miss (measured − predicted) split by phase: compute, "
+                "time in the exchange after backward, time in no phase."),
+        Section("Repeats (seeds): mean and 95 % confidence interval", _with_differs(REPEATS, repeats), repeats),
     ]  # fmt: skip
     # why it is slow: stragglers, what-if, hosts, buckets (straggler_report.py)
     out += [Section(title, [Column(*c) for c in cols], table, about)
             for title, cols, table, about in straggler_report.sections(analysis.slow)]  # fmt: skip
     if has_accuracy:
-        out.insert(3, Section("Accuracy and time to accuracy", accuracy, stats))
+        out.insert(3, Section("Accuracy and time to accuracy", accuracy_cols, shown, ACCURACY_ABOUT))
     return out
 
 
+ACCURACY_ABOUT = (
+    "Accuracy on synthetic data (random images around one prototype per class) is labelled so, and called "
+    "chance where it is not clearly above guessing (1 / classes): it says nothing of a real task."
+)
+
+
 def figure_list(analysis: Analysis) -> list[tuple[str, figures.FigureMaker]]:
-    s, p, e = analysis.stats, analysis.predictions, analysis.evaluations
+    s, p, e = labelled(analysis), analysis.predictions, analysis.evaluations
     return [
         ("Throughput vs ranks", lambda: figures.throughput(s)),
         ("Scaling efficiency vs ranks", lambda: figures.efficiency(s)),
