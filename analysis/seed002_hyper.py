@@ -17,6 +17,7 @@ import pandas as pd
 import study
 
 from hpcbench.analysis.pipeline import Analysis
+from hpcbench.analysis.report.html import readable
 
 TITLE = "Seed 002: hyper-parameters, BLAS threads, training / testing time, accuracy, CPU and memory"
 
@@ -24,7 +25,7 @@ TITLE = "Seed 002: hyper-parameters, BLAS threads, training / testing time, accu
 def table(a: Analysis) -> pd.DataFrame:
     settings = a.points[[c for c in ("point", "lr", "threads", "epochs", "env", "blas") if c in a.points]]
     frame = a.stats.merge(settings, on="point", suffixes=("", "_point"))
-    frame["accuracy (%)"] = frame["accuracy"] * 100
+    frame["accuracy (%)"] = readable(a, frame)["accuracy"]  # synthetic data: read as chance where it is
     frame = frame.sort_values(["framework", "batch_size", "lr", "threads"])
     return study.columns(frame, {
         "framework": "Framework", "blas": "BLAS", "threads": "#THREADS", "batch_size": "Batch Size", "lr": "LR",
