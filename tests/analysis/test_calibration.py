@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from hpcbench.analysis.model import linkfit as calibration, forecast, forecast_spec
+from hpcbench.analysis.model import forecast, forecast_spec
+from hpcbench.analysis.model import linkfit as calibration
 from hpcbench.analysis.model.collectives import LinkCost, ring_allreduce
 from hpcbench.cli.commbench import write_results
 from hpcbench.errors import SpecError
@@ -115,8 +116,8 @@ def test_predict_takes_the_commbench_files_as_its_links(tmp_path: Path, machine:
     assert "Gbit/s per hop" in inter and "inter2.h5, inter4.h5, inter8.h5 (15 rows" in inter
     rate = float(inter.split("β ")[1].split(" Gbit/s")[0])
     assert rate == pytest.approx(8 / INTER.beta / 1e9, rel=0.05)  # 10 Gbit/s, through the fit
-    # the files name MPI but no library: costed as a ring, and said so
-    assert "costed as a ring (the file names no MPI library whose algorithms are known)" in inter
+    # the files name no MPI library: costed as a ring, and said so
+    assert "costed as a ring (mpi's all-reduce: the file records no algorithm)" in inter
     table = forecast.forecast(spec)
     one, four = table["comm_total_s"].tolist()
     assert one == pytest.approx(ring_allreduce(8e6, 4, INTRA), rel=0.08)  # the known link, through the fit
@@ -174,8 +175,8 @@ def test_a_file_that_names_open_mpi_is_fitted_with_its_algorithms(tmp_path: Path
     assert abs(ring.alpha / INTER.alpha - 1) > 0.2
 
 
-@pytest.mark.parametrize(("backend", "words"), [("gloo", "a ring (gloo's all-reduce)"),
-                                                 ("nccl", "NCCL picks a ring or a tree")])  # fmt: skip
+@pytest.mark.parametrize(("backend", "words"), [("gloo", "a ring (gloo's all-reduce: the file records no algorithm)"),
+                                                 ("nccl", "a ring (nccl's all-reduce")])  # fmt: skip
 def test_gloo_and_nccl_files_are_costed_as_a_ring_and_say_so(tmp_path: Path, backend: str, words: str) -> None:
     files = [fabricate(tmp_path / f"{p}.h5", ["n0"] * p, INTRA, 0.0, seed=p) for p in (2, 4)]
     for path in files:
@@ -198,3 +199,18 @@ def test_a_forced_ring_is_fitted_as_a_ring(tmp_path: Path) -> None:
     fit = calibration.levels_from_commbench(files)["inter"]
     assert fit.link.alpha == pytest.approx(INTER.alpha, rel=1e-6)
     assert fit.link.beta == pytest.approx(INTER.beta, rel=1e-6)
+
+
+def test_what_decides_the_costing_is_the_library_the_file_records(tmp_path: Path) -> None:
+    # a library whose rules are not known: a ring, and the file's own words for the library
+    intel = {"mpi": "Intel(R) MPI Library 2021.6 for Linux* OS", "mpi_environment": "{}"}
+    named = fabricate(tmp_path / "intel.h5", ["n0", "n1"], INTER, 0.0, seed=1, mpi=intel)
+    assert calibration.rules(named) == ""
+    assert calibration.costed_as(named) == (
+        "a ring (the file names Intel(R) MPI Library 2021.6 for Linux* OS, whose algorithms are not known)"
+    )
+    # the library's rules, whatever the name of the file's backend
+    known = fabricate(tmp_path / "known.h5", ["n0", "n1"], INTER, 0.0, seed=1, mpi=OPEN_MPI)
+    with h5py.File(known, "a") as f:
+        f.attrs["backend"] = "a-plugin"
+    assert calibration.rules(known) == "open-mpi-4.1"

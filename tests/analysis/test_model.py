@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
-from hpcbench.analysis.model import collectives, fit, iteration as model, predict
+from hpcbench.analysis import pipeline
+from hpcbench.analysis.model import collectives, exchange, fit, predict
+from hpcbench.analysis.model import iteration as model
 from hpcbench.analysis.model.iteration import Layer, LinkCost, ModelError, PhaseTimes
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.store import commfile
 from hpcbench.store.reader import read_point
+from hpcbench.store.traits import LEGACY, Traits
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import ALPHA, BETA, comm_rows, iterations
+from tests.analysis.helpers import ALPHA, BETA, comm_rows, iterations, model_point
 
 # Three layers, 1..3 from the input; backward runs 3 -> 1.
 TB = [0.3, 0.2, 0.1]  # tb[1], tb[2], tb[3]
@@ -281,3 +286,56 @@ def test_layers_from_trace_reads_bucket_sizes_and_backward_gaps() -> None:
     (only,) = fit.layers_from_trace(it, comm_rows([]), np.array([True, True]))
     assert only.grad_bytes == 0.0
     assert only.backward_s == pytest.approx(0.3)
+
+
+# --- the model reads the backend's traits from the point file, not its name ---------------
+SLICE_WAIT = 0.75e-3  # half of Linux's slice on 2 CPUs: a sleeping ring's wait per step (contention.py)
+
+
+def _gloo_sweep(directory: Path, traits: Traits | None) -> dict[int, float]:
+    """torch `gloo` at 1, 2 and 4 single-thread ranks on 2 CPUs, following the model of a
+    ring that sleeps while it waits (helpers.model_point); `traits`: recorded in each file's
+    provenance in place of what the name `gloo` meant before traits were recorded."""
+    directory.mkdir()
+    truth = {n: model_point(directory, n, cpus=2, wait=SLICE_WAIT)[1] for n in (1, 2, 4)}
+    for path in directory.glob("*.h5"):
+        if traits is not None:
+            with h5py.File(path, "r+") as f:
+                f["provenance"].attrs["traits"] = traits.to_json()
+    return truth
+
+
+def test_a_point_is_predicted_by_its_recorded_traits_not_its_backends_name(tmp_path: Path) -> None:
+    truth = _gloo_sweep(tmp_path / "legacy", None)
+    legacy = pipeline.analyse(tmp_path / "legacy").predictions.set_index("ranks")
+    # a file written before traits were recorded: `gloo`'s traits then, its ring sleeps
+    assert read_point(next((tmp_path / "legacy").glob("*.h5"))).traits == LEGACY["gloo"]
+    assert legacy.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
+    # the same traits recorded: the same predictions, to the last bit
+    _gloo_sweep(tmp_path / "recorded", LEGACY["gloo"])
+    recorded = pipeline.analyse(tmp_path / "recorded").predictions.set_index("ranks")
+    for column in ("predicted_t_iter_s", "predicted_no_overlap_s", "alpha_s", "beta_s_per_byte"):
+        assert recorded[column].tolist() == legacy[column].tolist(), column
+    # the same name, recorded as a ring whose threads poll (sleeping_wait off): 4 ranks on 2
+    # CPUs no longer wait half a slice at each of the ring's 2(p − 1) steps
+    _gloo_sweep(tmp_path / "polls", replace(LEGACY["gloo"], sleeping_wait=False))
+    polls = pipeline.analyse(tmp_path / "polls").predictions.set_index("ranks")
+    assert polls.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4] - 6 * SLICE_WAIT, rel=1e-6)
+    assert polls.loc[2, "predicted_t_iter_s"] == pytest.approx(legacy.loc[2, "predicted_t_iter_s"], rel=1e-9)
+    # ... or as an exchange through MPI_Allreduce (mpi_exchange on): served once backward is
+    # over, with or without wait-free back-propagation
+    _gloo_sweep(tmp_path / "mpi", replace(LEGACY["gloo"], sleeping_wait=False, mpi_exchange=True))
+    mpi = pipeline.analyse(tmp_path / "mpi").predictions.set_index("ranks")
+    assert mpi["predicted_t_iter_s"].tolist() == mpi["predicted_no_overlap_s"].tolist()
+    at_two = legacy["predicted_t_iter_s"].to_dict()[2]
+    assert at_two < legacy["predicted_no_overlap_s"].to_dict()[2]
+    assert mpi["predicted_t_iter_s"].to_dict()[2] > at_two
+
+
+def test_a_backends_grouping_is_its_exchange() -> None:
+    # the exchange a forecast schedules follows the recorded trait `grouping`, not a name
+    assert exchange.exchange_of(LEGACY["gloo"]) is exchange.DDP
+    assert exchange.exchange_of(LEGACY["horovod"]) is exchange.HOROVOD
+    assert exchange.exchange_of(LEGACY["pmean_fused"]) is exchange.ONE_MESSAGE
+    assert exchange.exchange_of(Traits()) is exchange.PER_TENSOR
+    assert exchange.exchange_of(Traits(grouping="buckets", mpi_exchange=True)) is exchange.DDP

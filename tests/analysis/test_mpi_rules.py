@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcbench.analysis import pipeline
 from hpcbench.analysis.model import mpi_rules
-from hpcbench.analysis import tables
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.model.mpi_rules import DOUBLING, RABENSEIFNER, REDUCE_BCAST, RING
 from tests.analysis.helpers import ALPHA, BETA, TB, hand_schedule, model_point
@@ -86,7 +86,7 @@ def _sweep(directory: Path, mpi: str) -> dict[int, float]:
 
 def test_an_open_mpi_exchange_is_predicted_with_the_librarys_algorithm(tmp_path: Path) -> None:
     truth = _sweep(tmp_path / "open-mpi", OPEN_MPI)
-    pred = tables.analyse(tmp_path / "open-mpi").predictions.set_index("ranks")
+    pred = pipeline.analyse(tmp_path / "open-mpi").predictions.set_index("ranks")
     assert pred.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
     assert pred.loc[4, "pred_comm_total_s"] == pytest.approx(hand_schedule(4, steps=4)[1], rel=1e-6)
     # the link fitted on 2 ranks' messages is the one the points were made with
@@ -97,7 +97,7 @@ def test_an_open_mpi_exchange_is_predicted_with_the_librarys_algorithm(tmp_path:
 
 def test_a_library_without_known_rules_is_predicted_as_a_ring(tmp_path: Path) -> None:
     truth = _sweep(tmp_path / "other", "Intel(R) MPI Library 2021.6 for Linux* OS")
-    pred = tables.analyse(tmp_path / "other").predictions.set_index("ranks")
+    pred = pipeline.analyse(tmp_path / "other").predictions.set_index("ranks")
     ring = hand_schedule(4)[1]
     assert pred.loc[4, "pred_comm_total_s"] == pytest.approx(ring, rel=1e-6)
     # a ring's 6 α steps per message where the points took 4: slower than measured
@@ -109,7 +109,7 @@ def test_an_exchange_through_mpi_allreduce_is_served_after_backward(tmp_path: Pa
     # Open MPI progresses it only inside MPI calls: it is served in the wait after backward
     # (benchmarks/mpi_progress.py), and predicted so, with or without wait-free back-propagation
     truth = _sweep(tmp_path / "mpi", OPEN_MPI)
-    pred = tables.analyse(tmp_path / "mpi").predictions.set_index("ranks")
+    pred = pipeline.analyse(tmp_path / "mpi").predictions.set_index("ranks")
     assert pred.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
     assert pred["predicted_t_iter_s"].tolist() == pred["predicted_no_overlap_s"].tolist()
     # served beside backward, the first message would have hidden behind layer 1's backward
@@ -119,5 +119,5 @@ def test_an_exchange_through_mpi_allreduce_is_served_after_backward(tmp_path: Pa
     (tmp_path / "gloo").mkdir()
     for n in (1, 2):
         model_point(tmp_path / "gloo", n)
-    ring = tables.analyse(tmp_path / "gloo").predictions.set_index("ranks")
+    ring = pipeline.analyse(tmp_path / "gloo").predictions.set_index("ranks")
     assert ring["predicted_t_iter_s"].to_dict()[2] < ring["predicted_no_overlap_s"].to_dict()[2]

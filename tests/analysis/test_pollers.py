@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.analysis import tables
+from hpcbench.analysis import pipeline
 from hpcbench.analysis.model.contention import Placement, fit_effective_cores, placement_of, ranks_take_turns
 from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model.predict import cycle_wait
@@ -88,7 +88,7 @@ def _horovod(
 
 def test_a_horovod_sweep_whose_background_threads_spin_at_two_ranks_and_yield_at_four(tmp_path: Path) -> None:
     truth = _horovod(tmp_path / "sweep")
-    analysis = tables.analyse(tmp_path / "sweep")
+    analysis = pipeline.analyse(tmp_path / "sweep")
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
@@ -109,7 +109,7 @@ def test_a_wait_measured_where_ranks_take_turns_is_not_carried_to_ranks_with_a_c
                        last_rank=wait, last_rank_in_turns=True)[1]
         for n in (1, 2, 4)
     }  # fmt: skip
-    held = tables.analyse(tmp_path).held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path).held_out.set_index("ranks")
     # 2 ranks from 1 and 4: the wait measured at 4 is not carried to ranks with a CPU each
     assert held.loc[2, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[1], rel=1e-6)
@@ -121,7 +121,7 @@ def test_a_wait_measured_where_ranks_take_turns_is_not_carried_to_ranks_with_a_c
 def test_a_wait_measured_where_pollers_spin_is_not_carried_to_where_they_yield(tmp_path: Path) -> None:
     wait = 3e-3
     truth = _horovod(tmp_path / "sweep", last_rank=wait)
-    held = tables.analyse(tmp_path / "sweep").held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path / "sweep").held_out.set_index("ranks")
     # 4 ranks from 1 and 2: the 2 ranks' wait came with their spinning threads, not carried
     assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
     # 2 ranks from 1 and 4: nothing measured shows it
@@ -133,7 +133,7 @@ def test_a_polling_threads_share_is_what_the_loops_wait_measured(tmp_path: Path)
     # (2·4/3 thread-loads on 2 CPUs, compute 4/3 as long as alone), and the loops waited
     # 1 − 2/(8/3) = 25 % for a CPU. One rank held out from 2 and 4 follows that wait.
     truth = _horovod(tmp_path / "measured", spin=1 / 3, loop_wait=0.25)
-    held = tables.analyse(tmp_path / "measured").held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path / "measured").held_out.set_index("ranks")
     for n in (1, 2, 4):
         if n != 2:  # a placement predicted, not measured, counts as many as can spin
             assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
@@ -155,7 +155,7 @@ def test_a_polling_threads_share_is_what_the_framework_threads_wait_measured(tmp
     # so its wait says nothing. Their threads' wait by their work does: 25 %, a third of a
     # polling thread each at 2 ranks. One rank held out from 2 and 4 follows it.
     truth = _horovod(tmp_path / "framework", spin=1 / 3, loop_wait=0.9, handed=True, work_wait=0.25)
-    held = tables.analyse(tmp_path / "framework").held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path / "framework").held_out.set_index("ranks")
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[1], rel=1e-6)
     assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
     # without the threads' wait (a file before schema 7) they count as many as can spin
@@ -165,7 +165,7 @@ def test_a_polling_threads_share_is_what_the_framework_threads_wait_measured(tmp
 
 def _assert_one_rank_computes(sweep: Path, share: float) -> None:
     """One rank held out from 2 and 4 is predicted to compute `share` of its measured compute."""
-    analysis = tables.analyse(sweep)
+    analysis = pipeline.analyse(sweep)
     one = analysis.stats.set_index("ranks").loc[1]
     compute = sum(one[f"{phase}_s"] for phase in ("data", "h2d", "forward", "backward", "update"))
     missed = analysis.held_out.set_index("ranks")["resid_compute_s"][1]
@@ -179,3 +179,18 @@ def test_one_rank_of_horovod_waits_half_its_cycle(tmp_path: Path) -> None:
     assert cycle_wait(_point(tmp_path, 1, provenance=told)) == pytest.approx(2.5e-3)
     assert cycle_wait(_point(tmp_path, 1, provenance={"environment": {"HOROVOD_CYCLE_TIME": "x"}})) == 0.5e-3
     assert cycle_wait(_point(tmp_path, 1, backend="mpi", provenance=told)) == 0.0
+    # what decides is the recorded trait `background_thread`, not the backend's name
+    threaded: dict[str, object] = {"traits": {"background_thread": True}, **told}
+    assert cycle_wait(_point(tmp_path, 1, backend="mpi", provenance=threaded)) == pytest.approx(2.5e-3)
+    assert cycle_wait(_point(tmp_path, 1, provenance={"traits": {"grouping": "fusion"}, **told})) == 0.0
+
+
+def test_a_polling_thread_is_the_recorded_traits(tmp_path: Path) -> None:
+    # a background thread over MPI, as recorded, whatever the backend's name; not where the
+    # launcher does not start the ranks through MPI_Init
+    thread: dict[str, object] = {"traits": {"background_thread": True}, "environment": SPINS}
+    assert placement_of(_point(tmp_path, 2, backend="mpi", provenance=thread)).pollers == 0.5
+    alone: dict[str, object] = {"traits": {"background_thread": True, "launcher_mpi": False}, "environment": SPINS}
+    assert placement_of(_point(tmp_path, 2, backend="mpi", provenance=alone)).pollers == 0
+    unthreaded: dict[str, object] = {"traits": {"grouping": "fusion"}, "environment": SPINS}
+    assert placement_of(_point(tmp_path, 2, provenance=unthreaded)).pollers == 0

@@ -11,10 +11,11 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcbench.analysis import tables
+from hpcbench.analysis import pipeline
 from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError
 from hpcbench.analysis.model.servers import Servers, link_from_transfers, servers_of
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits, legacy
 from hpcbench.testing.fabricate import write_point_file
 from tests.analysis.helpers import comm_rows, iterations
 
@@ -24,14 +25,24 @@ TB = (0.030, 0.040)  # backward of layer 1, layer 2: longer than any push and pu
 FORWARD, UPDATE = 0.010, 0.002
 
 
+def _of(framework: str, backend: str, **extra: int | bool) -> Servers | None:
+    """The servers of a point of that name whose file recorded no traits (store/traits.legacy)."""
+    point = Point(framework=framework, backend=backend, extra=tuple(extra.items()))
+    return servers_of(point, legacy(framework, backend, point.launcher))
+
+
 def test_servers_of_a_point() -> None:
-    assert servers_of(Point(framework="torch", backend="gloo")) is None
-    assert servers_of(Point(framework="mxnet", backend="dist_sync")) == Servers(1, True)
-    assert servers_of(Point(framework="mxnet", backend="dist_async", extra=(("servers", 2),))) == Servers(2, False)
-    assert servers_of(Point(framework="tensorflow", backend="ps")) == Servers(1, False)  # TensorFlow: async unless
-    assert servers_of(Point(framework="tensorflow", backend="ps", extra=(("sync", True),))) == Servers(1, True)
+    assert _of("torch", "gloo") is None
+    assert _of("mxnet", "dist_sync") == Servers(1, True)
+    assert _of("mxnet", "dist_async", servers=2) == Servers(2, False)
+    assert _of("tensorflow", "ps") == Servers(1, False)  # TensorFlow: async unless
+    assert _of("tensorflow", "ps", sync=True) == Servers(1, True)
     with pytest.raises(ModelError, match="needs >= 1 server"):
-        servers_of(Point(framework="tensorflow", backend="ps", extra=(("servers", 0),)))
+        _of("tensorflow", "ps", servers=0)
+    # what decides is the traits the point recorded, not its backend's name
+    assert servers_of(Point(framework="mxnet", backend="dist_sync"), Traits()) is None
+    assert servers_of(Point(framework="torch", backend="gloo"), Traits(parameter_server=True)) == Servers(1, True)
+    assert servers_of(Point(), Traits(parameter_server=True, asynchronous=True)) == Servers(1, False)
 
 
 def test_step_cost_and_link_from_transfers() -> None:
@@ -78,7 +89,7 @@ def test_held_out_pushes_and_pulls(tmp_path: Path) -> None:
     transfers: a ring would have none to fit)."""
     assert 2 * transfer(BYTES[1], 4) < TB[0]  # the premise: no push waits for an earlier pull
     truth = {n: server_point(tmp_path, n) for n in (1, 2, 4)}
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
@@ -97,7 +108,7 @@ def test_one_oversubscribed_worker_calibrates_the_servers_link(tmp_path: Path) -
         with h5py.File(path, "r+") as f:
             f["provenance"].attrs["cpu_count"] = 2
             f["provenance"].attrs["environment"] = '{"OMP_NUM_THREADS": "3"}'
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     pred = analysis.predictions.set_index("ranks")
     assert "1.5x oversubscribed" in str(pred.loc[4, "comm_source"])
     assert pred.loc[1, "alpha_s"] == pytest.approx(ALPHA / 1.5, rel=1e-6)

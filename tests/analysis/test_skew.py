@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcbench.analysis import pipeline
 from hpcbench.analysis.model import skew
-from hpcbench.analysis import tables
 from tests.analysis.helpers import EXPECTED_MAX, model_point
 
 # Expected largest of n standard normal draws, as the tables of normal order statistics give them.
@@ -40,7 +40,7 @@ def _sweep(directory: Path, last_rank: float, backend: str = "mpi") -> dict[int,
 
 def test_the_wait_for_the_last_rank_is_measured_and_carried_to_other_scales(tmp_path: Path) -> None:
     truth = _sweep(tmp_path / "sweep", LAST_RANK)
-    result = tables.analyse(tmp_path / "sweep")
+    result = pipeline.analyse(tmp_path / "sweep")
     pred = result.predictions.set_index("ranks")
     # calibrated on 1 and 2 ranks, 4 ranks wait 3 ms × e(4) / e(2) = 5.47 ms for their last
     assert pred.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
@@ -60,6 +60,6 @@ def test_a_backend_whose_threads_sleep_while_they_wait_gets_the_schedulers_wait_
     # gloo's wait for its peers' threads is the scheduler's (contention.exchange_wait): the
     # excess its 2 ranks show is not carried to 4 by the order statistic.
     truth = _sweep(tmp_path / "gloo", LAST_RANK, backend="gloo")
-    pred = tables.analyse(tmp_path / "gloo").predictions.set_index("ranks")
+    pred = pipeline.analyse(tmp_path / "gloo").predictions.set_index("ranks")
     assert (pred["pred_sync_wait_s"] == 0.0).all()
     assert pred["predicted_t_iter_s"].to_dict()[4] < truth[4] - LAST_RANK

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hpcbench.analysis.stragglers import exposure, find as stragglers, timed, whatif
-from hpcbench.analysis import metrics, tables
+from hpcbench.analysis import metrics, pipeline
+from hpcbench.analysis.stragglers import exposure, timed, whatif
+from hpcbench.analysis.stragglers import find as stragglers
 from hpcbench.analysis.stragglers.timed import SAMPLE_ITERATIONS, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
@@ -120,7 +121,9 @@ def test_asynchronous_ranks_do_not_wait_for_the_straggler(tmp_path: Path) -> Non
     a["t_end"] = a["t_start"] + own
     point = Point(framework="mxnet", backend="dist_async", ranks_per_node=4)
     path = write_point_file(tmp_path / f"{point.id}.h5", point, a)
-    assert whatif.asynchronous(point) and not whatif.asynchronous(Point(framework="mxnet", backend="dist_sync"))
+    sync = Point(framework="mxnet", backend="dist_sync", ranks_per_node=4)
+    sync_path = write_point_file(tmp_path / f"{sync.id}.h5", sync, a)
+    assert whatif.asynchronous(read_point(path)) and not whatif.asynchronous(read_point(sync_path))
     ps = stragglers.attribute(read_point(path))
     others = float(np.median(own[1:].max(axis=0)))
     assert ps.ranks.set_index("rank").loc[0, "whatif_t_iter_s"] == pytest.approx(others, rel=0.01)
@@ -280,7 +283,7 @@ def test_report_writes_the_tables_and_the_headline(tmp_path: Path) -> None:
     assert first < page.index("<h2>")
     for title in ("Compute time per rank and iteration", "Cost of each rank", "Slow hosts across the sweep"):
         assert f'alt="{title}"' in page
-    stats = tables.analyse(tmp_path).stats
+    stats = pipeline.analyse(tmp_path).stats
     assert {"comm_union_share", "comm_exposed_share"} <= set(stats)
     assert len(np.zeros(0, dtype=COMM_DTYPE)) == 0
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from hpcbench.analysis import pipeline
 from hpcbench.analysis.model import collectives as co
 from hpcbench.analysis.model import exchange as ex
-from hpcbench.analysis.model import iteration as model, validate
-from hpcbench.analysis import tables
+from hpcbench.analysis.model import iteration as model
+from hpcbench.analysis.model import validate
 from hpcbench.analysis.model.contention import (
     Placement,
     compute_scale,
@@ -26,6 +27,7 @@ from hpcbench.analysis.model.contention import (
 )
 from hpcbench.cli.analyze import cmd_summary
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
 from hpcbench.workloads.costs import backward_order, tensor_costs
@@ -159,15 +161,19 @@ def test_an_oversubscribed_exchange_waits_half_the_kernels_slice_per_ring_step()
     # Linux's default slice: 0.75 ms x (1 + log2 CPUs), the CPUs capped at 8
     slices = [scheduler_slice(n) for n in (1, 2, 3, 4, 8, 64)]
     assert slices == pytest.approx([0.75e-3, 1.5e-3, 1.5e-3, 2.25e-3, 3e-3, 3e-3])
-    assert exchange_wait(Placement(4, 1, 2), "gloo", 4) == pytest.approx(6 * 0.75e-3)  # 2(p − 1) steps
-    assert exchange_wait(Placement(2, 1, 2), "gloo", 2) == 0.0  # a CPU per thread: no wait
-    assert exchange_wait(Placement(2, 3, 4), "gloo", 2) == pytest.approx(2 * 1.125e-3)  # 6 threads on 4 CPUs
-    assert exchange_wait(Placement(4, 1, 2), "mpi", 4) == 0.0  # MPI polls: its ranks keep their CPUs
-    assert exchange_wait(Placement(4, 1, 2), "dist_sync", 4) == 0.0  # a parameter server is no ring
+    # the backends' traits (store/traits.py): gloo's threads sleep while they wait, MPI's poll
+    gloo, mpi = Traits(grouping="buckets", sleeping_wait=True), Traits(mpi_exchange=True)
+    server = Traits(parameter_server=True, sleeping_wait=True)
+    assert exchange_wait(Placement(4, 1, 2), gloo, 4) == pytest.approx(6 * 0.75e-3)  # 2(p − 1) steps
+    assert exchange_wait(Placement(2, 1, 2), gloo, 2) == 0.0  # a CPU per thread: no wait
+    assert exchange_wait(Placement(2, 3, 4), gloo, 2) == pytest.approx(2 * 1.125e-3)  # 6 threads on 4 CPUs
+    assert exchange_wait(Placement(4, 1, 2), mpi, 4) == 0.0  # MPI polls: its ranks keep their CPUs
+    assert exchange_wait(Placement(4, 1, 2), server, 4) == 0.0  # a parameter server is no ring
     # gloo's worker drains its queue after backward: the rings after the first find their peers
     # in the exchange; JAX runs each all-reduce as a program of its own: each waits
-    assert rings_that_wait("gloo", 10) == 1 and rings_that_wait("pmean", 10) == 10
-    assert rings_that_wait("pmean", 0) == 1
+    pmean = Traits(sleeping_wait=True, waits_per_message=True)
+    assert rings_that_wait(gloo, 10) == 1 and rings_that_wait(pmean, 10) == 10
+    assert rings_that_wait(pmean, 0) == 1
 
 
 @pytest.mark.parametrize(
@@ -181,7 +187,7 @@ def test_held_out_ring_on_time_shared_cores(tmp_path: Path, backend: str, wait: 
     out, 4 ranks are predicted from 1 and 2 (the wait added), and 2 ranks from 1 and 4 (the
     wait taken out of the link fitted on the oversubscribed point's messages): both exactly."""
     truth = {n: model_point(tmp_path, n, cpus=2, wait=wait, backend=backend)[1] for n in (1, 2, 4)}
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
@@ -225,7 +231,7 @@ def contended_point(directory: Path, ranks: int) -> float:
 
 def test_held_out_error_is_zero_on_a_sweep_that_follows_the_model(tmp_path: Path) -> None:
     truth = {n: contended_point(tmp_path, n) for n in (1, 2, 4)}
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     # 4 ranks held out: φ fitted on 1 and 2 ranks (2 and 1 threads), 2x oversubscription predicted
     assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
@@ -257,7 +263,7 @@ def runtime_pool_point(directory: Path, ranks: int, said: bool) -> float:
 @pytest.mark.parametrize("said", [True, False])
 def test_the_threads_a_framework_says_it_computes_on_are_the_ones_counted(tmp_path: Path, said: bool) -> None:
     truth = {n: runtime_pool_point(tmp_path, n, said) for n in (1, 2, 4)}
-    held = tables.analyse(tmp_path).held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path).held_out.set_index("ranks")
     if said:  # 2 threads per rank counted: 2 ranks are 2x oversubscribed, 1 rank is not
         for n in (1, 2, 4):
             assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
@@ -276,7 +282,7 @@ def test_the_calibration_point_is_the_mean_of_its_repeats(tmp_path: Path) -> Non
         it = iterations(ranks, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
         point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=ranks, batch_size=8, seed=seed)
         write_point_file(tmp_path / f"{point.id}.h5", point, it)
-    pred = tables.analyse(tmp_path).predictions.set_index(["ranks", "seed"])
+    pred = pipeline.analyse(tmp_path).predictions.set_index(["ranks", "seed"])
     assert pred.loc[(2, 0), "predicted_t_iter_s"] == pytest.approx(truth, rel=1e-6)
     assert bool(pred.loc[(1, 0), "calibration"]) and bool(pred.loc[(1, 1), "calibration"])
     assert pred.loc[(1, 0), "rel_error"] == pytest.approx(1 / 0.9 - 1, rel=1e-6)  # each repeat against the mean
@@ -291,7 +297,7 @@ def test_a_held_out_point_says_how_far_its_repeats_lay_apart(tmp_path: Path) -> 
         it = iterations(ranks, 12, warmup=2, forward=FORWARD * scale, backward=BACKWARD * scale, update=UPDATE * scale)
         point = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=ranks, batch_size=8, seed=seed)
         write_point_file(tmp_path / f"{point.id}.h5", point, it)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     assert len(analysis.held_out) == 4
     four = analysis.held_out[analysis.held_out["ranks"] == 4]
     assert four["predicted_t_iter_s"].tolist() == pytest.approx([truth, truth], rel=1e-6)
@@ -317,14 +323,14 @@ def test_one_ranks_own_exchange_is_predicted_at_one_rank_only(tmp_path: Path) ->
     truth = {n: model_point(tmp_path / "alone", n, alone=1e-3)[1] for n in (1, 2, 4)}
     without = {n: model_point(tmp_path / "none", n)[1] for n in (1, 2, 4)}
     assert truth[1] == pytest.approx(without[1] + 1e-3) and truth[4] == without[4]
-    pred = tables.analyse(tmp_path / "alone").predictions.set_index("ranks")
+    pred = pipeline.analyse(tmp_path / "alone").predictions.set_index("ranks")
     for n in (1, 2, 4):
         assert pred.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6), n
     assert pred.loc[1, "pred_comm_exposed_s"] == pytest.approx(1e-3, rel=1e-6)
     # the efficiency predicted against one rank that exchanges, as the measured one is
     assert pred.loc[4, "predicted_efficiency"] == pytest.approx(pred.loc[4, "measured_efficiency"], rel=1e-6)
     # held out, 2 and 4 ranks do not carry it; 1 rank, predicted from 2 and 4, cannot know it
-    held = tables.analyse(tmp_path / "alone").held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path / "alone").held_out.set_index("ranks")
     assert held.loc[4, "predicted_t_iter_s"] == pytest.approx(truth[4], rel=1e-6)
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(without[1], rel=1e-6)
 
@@ -361,7 +367,7 @@ def host_of_125_cores(
 
 def test_held_out_follows_a_host_whose_cores_are_worth_less_than_their_count(tmp_path: Path) -> None:
     truth = host_of_125_cores(tmp_path)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     assert "extrapolated without the host's effective cores: 1" in analysis.headlines[0]
     # 4 ranks from 1 and 2 (C_eff fitted), 2 ranks from 1 and 4: exact
@@ -376,7 +382,7 @@ def test_one_rank_from_several_through_the_run_queue_wait_of_their_loops(tmp_pat
     """With the scheduler's account, one rank held out is predicted from 2 and 4 exactly, and
     the notes name the wait."""
     truth = host_of_125_cores(tmp_path, runnable=1.0)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
@@ -392,7 +398,7 @@ def test_the_notes_name_the_points_during_which_other_processes_held_cpus(tmp_pa
     """0.75 of the host's 2 CPUs held by other processes at every scale: the stats say so, and
     every held-out note names its own point and its calibration points."""
     host_of_125_cores(tmp_path, runnable=1.0, others=True)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     stats = analysis.stats.set_index("ranks")
     assert stats["other_cpus"].to_numpy() == pytest.approx([0.75] * 3, rel=1e-6)
     assert "measured beside other work (other processes' CPUs, a hypervisor's steal): 3" in analysis.headlines[0]
@@ -408,7 +414,7 @@ def test_the_notes_name_the_point_during_which_the_hypervisor_stole_cpu_time(tmp
     """The 4-rank point ran while the hypervisor took 8 % of the host's CPU time: the stats
     say so, its own held-out note and those calibrated on it name it, and no other point."""
     host_of_125_cores(tmp_path, runnable=1.0, steal4=8.0)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     stats = analysis.stats.set_index("ranks")
     assert stats["cpu_steal"].to_numpy() == pytest.approx([0.0, 0.0, 8.0])
     assert "a hypervisor's steal): 3" in analysis.headlines[0]
@@ -426,7 +432,7 @@ def test_loops_that_did_not_wait_measure_the_cpu_count(tmp_path: Path) -> None:
     """Cores worth their count: the 2-rank loops waited 0 %, so one rank alone computes as
     fast as each of two, which is measured now, not assumed."""
     truth = host_of_125_cores(tmp_path, runnable=1.0, cores=2.0)
-    analysis = tables.analyse(tmp_path)
+    analysis = pipeline.analyse(tmp_path)
     held = analysis.held_out.set_index("ranks")
     for n in (1, 2, 4):
         assert held.loc[n, "predicted_t_iter_s"] == pytest.approx(truth[n], rel=1e-6)
@@ -438,7 +444,7 @@ def test_a_loop_that_hands_the_compute_to_other_threads_says_nothing_of_their_wa
     of it (TensorFlow's, MXNet's, JAX's own threads computed): their wait is not the compute's,
     and one rank held out falls back to the CPU count, with the note that says so."""
     truth = host_of_125_cores(tmp_path, runnable=0.15)
-    held = tables.analyse(tmp_path).held_out.set_index("ranks")
+    held = pipeline.analyse(tmp_path).held_out.set_index("ranks")
     assert held.loc[1, "predicted_t_iter_s"] == pytest.approx(truth[2], rel=1e-6)
     assert "effective cores not measured" in str(held.loc[1, "note"])
 
@@ -449,5 +455,5 @@ def test_analyze_notes_each_point_that_shared_its_host(tmp_path: Path) -> None:
     assert cmd_summary(tmp_path, out) == 0
     notes = [line for line in out.getvalue().splitlines() if "other processes than the ranks" in line]
     assert len(notes) == 3 and all("kept 0.75 CPUs busy during its timed loop" in n for n in notes)
-    report = tables.analyse(tmp_path).notes
+    report = pipeline.analyse(tmp_path).notes
     assert sum("kept 0.75 CPUs busy during its timed loop" in n for n in report) == 3

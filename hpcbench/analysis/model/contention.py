@@ -33,7 +33,7 @@ training loops (schema 5, `cpu_wait` in resources.py): a loop that waited a shar
 runnable time for a CPU ran its compute at 1 − w of the speed it wanted, which is what an
 oversubscription of 1 / (1 − w) means, so C_eff = k·t·(1 − w), clipped to [1, C]
 (`effective_cores_from_wait`), for a placement of several thread-loads (k·t > 1) where the
-loop is what computes (predict.Derived.cpu_wait); a wait under 5 % is no contention seen,
+loop is what computes (derived.Derived.cpu_wait); a wait under 5 % is no contention seen,
 C_eff = C, measured. This tells how fast one rank alone would be from several ranks per
 host; it is used where no measured pair gives C_eff.
 
@@ -43,15 +43,17 @@ ranks' work when the exchange begins, so each step of its first ring also waits 
 thread to be scheduled: on average half the kernel's scheduler slice (`exchange_wait`, once
 per iteration: the messages after it find the ranks in the exchange; once per message where
 each all-reduce is a program of its own that the runtime starts from its threads, as JAX's
-are, `rings_that_wait`), where the backend's
-threads sleep while they wait (MPI's threads poll instead, and keep their CPU). Linux's default
+are: trait `waits_per_message`, `rings_that_wait`), where the backend's threads sleep while
+they wait (trait `sleeping_wait`, `ring_sleeps`; MPI's threads poll instead, and keep their
+CPU). The traits are the point's (store/traits.py), as its file records them. Linux's default
 slice (EEVDF's base slice, CFS's minimum granularity before it) is 0.75 ms · (1 + log2 n),
 n the host's CPUs capped at 8: 1.5 ms on 2 CPUs, 3 ms on 8 or more.
 
 A thread that drives the exchange beside the compute and polls while it waits is a thread-load
-of its own: Horovod's background thread, where its controller is MPI, negotiates with the
-other ranks' background threads every cycle and runs the all-reduces, inside MPI calls that
-spin until the peers arrive. Open MPI spins without giving its CPU away unless it knows the
+of its own (trait `background_thread`; its controller is MPI where the launcher starts the
+ranks through MPI_Init, trait `launcher_mpi`: `thread_over_mpi`): Horovod's background thread
+negotiates with the other ranks' background threads every cycle and runs the all-reduces,
+inside MPI calls that spin until the peers arrive. Open MPI spins without giving its CPU away unless it knows the
 host is oversubscribed (more ranks than slots, `mpi_oversubscribe`, or `mpi_yield_when_idle`
 asked for), in which case it yields to any other runnable thread. A poller spins only while
 a peer is late, and the last of p ranks to arrive waits for none: at most p − 1 of the p
@@ -67,7 +69,7 @@ wait for):
 
 That is the most they can spin. Where a calibration point's wait was measured (its loop's
 where the loop computes, else its threads' by their work), its pollers are what that wait
-shows, at most that (predict.Derived.measured_placement). (The all-reduces that the thread
+shows, at most that (derived.Derived.measured_placement). (The all-reduces that the thread
 runs spin on every rank while they last; at the bound, they are taken as a small share of
 the iteration.)
 
@@ -86,22 +88,10 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hpcbench.store.reader import PointData
+from hpcbench.store.traits import Traits
 
 SLOWDOWN_SEEN = 0.05  # a compute slowdown under this share is noise, not contention
 SLICE_BASE_S = 0.75e-3  # Linux's base scheduler slice per unit of its CPU-count factor
-# Backends whose all-reduce is a ring of threads that sleep while they wait for data (gloo's
-# and gRPC's event loops; JAX on CPU runs gloo), so the scheduler must wake them. MPI's
-# progress loop (torch mpi, Chainer, Theano, Caffe, CNTK, Horovod's operations) polls
-# instead: a waiting rank keeps its CPU, and no wake-up is waited for. A parameter server's
-# push and pull are round trips to a server, not a ring's steps: no wait is modelled there.
-SLEEPING_WAITS = frozenset({"gloo", "multiworker", "pmean", "pmean_fused"})
-# Backends whose all-reduces each begin on cores the rank's runtime threads hold: JAX runs
-# each per-tensor all-reduce as a program of its own, started from its runtime's thread pool,
-# so every message's ring waits for its threads to be scheduled (measured on 2 CPUs: 1.5 ms
-# per message at 2 ranks, 4.8 ms at 4, whatever its size: 2(p − 1) half slices); gloo's
-# worker thread, draining its queue after backward, finds its peers in the exchange after
-# the first ring.
-WAITS_PER_MESSAGE = frozenset({"pmean", "pmean_fused"})
 YIELD_SETTINGS = ("OMPI_MCA_mpi_yield_when_idle", "OMPI_MCA_mpi_oversubscribe")  # either true: Open MPI yields
 TRUE_WORDS = frozenset({"1", "true", "yes", "on"})
 
@@ -148,22 +138,35 @@ def scheduler_slice(cpus: float) -> float:
     return SLICE_BASE_S * (1 + math.floor(math.log2(min(max(cpus, 1.0), 8.0))))
 
 
-def exchange_wait(host: Placement, backend: str, ranks: int) -> float:
+def ring_sleeps(traits: Traits) -> bool:
+    """Whether the backend's all-reduce is a ring of threads that sleep while they wait for
+    data (trait `sleeping_wait`: gloo's and gRPC's event loops; JAX on CPU runs gloo), so
+    that the scheduler must wake them. MPI's progress loop (torch mpi, Chainer, Theano, Caffe,
+    CNTK, Horovod's operations) polls instead: a waiting rank keeps its CPU, and no wake-up is
+    waited for. A parameter server's push and pull are round trips to a server, not a ring's
+    steps: no wait is modelled there, whatever its threads do."""
+    return traits.sleeping_wait and not traits.parameter_server
+
+
+def exchange_wait(host: Placement, traits: Traits, ranks: int) -> float:
     """Seconds an iteration's exchange waits for time-shared threads to be scheduled: half the
     host's slice at each of a ring's 2(p − 1) steps, once per iteration, when the ranks'
     threads outnumber the host's CPUs (not its effective cores: a rank slowed by a shared bus
-    still has a CPU to wake on) and the backend's threads sleep while they wait
-    (`SLEEPING_WAITS`); else none."""
-    if ranks < 2 or not host.oversubscribed or backend not in SLEEPING_WAITS:
+    still has a CPU to wake on) and the backend's ring sleeps while it waits (`ring_sleeps`);
+    else none."""
+    if ranks < 2 or not host.oversubscribed or not ring_sleeps(traits):
         return 0.0
     return 2 * (ranks - 1) * scheduler_slice(host.cores) / 2
 
 
-def rings_that_wait(backend: str, messages: int) -> int:
+def rings_that_wait(traits: Traits, messages: int) -> int:
     """How many of an iteration's `messages` all-reduces wait for their threads to be scheduled
-    (`exchange_wait` each): every one where each is a program of its own that the backend's
-    runtime starts from its threads (`WAITS_PER_MESSAGE`), else the first."""
-    return max(messages, 1) if backend in WAITS_PER_MESSAGE else 1
+    (`exchange_wait` each): every one where each begins on cores the rank's runtime threads
+    hold (trait `waits_per_message`: JAX runs each all-reduce as a program of its own, started
+    from its runtime's thread pool; measured on 2 CPUs: 1.5 ms per message at 2 ranks, 4.8 ms
+    at 4, whatever its size: 2(p − 1) half slices), else the first (gloo's worker thread,
+    draining its queue after backward, finds its peers in the exchange after the first ring)."""
+    return max(messages, 1) if traits.waits_per_message else 1
 
 
 def compute_scale(a: Placement, b: Placement, phi: float) -> float:
@@ -218,12 +221,22 @@ def _threads(p: PointData) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def horovod_over_mpi(p: PointData) -> bool:
-    """Whether the point's gradients went through Horovod with MPI as its controller (launched
-    by mpirun or srun; `horovodrun` starts it with Gloo)."""
-    if p.point.backend != "horovod":
+# What a rank records of its background thread's controller (provenance `horovod_controller`,
+# where the TensorFlow adapter can ask Horovod): MPI's, or Gloo's where Horovod was built
+# without MPI. A recorded fact about the run, not a backend's name; unrecorded, the launcher
+# decides (`launcher_mpi`).
+CONTROLLER = "horovod_controller"
+CONTROLLER_MPI = "mpi"
+
+
+def thread_over_mpi(p: PointData) -> bool:
+    """Whether a background thread ran the point's collectives with MPI as its controller
+    (traits `background_thread` and `launcher_mpi`: Horovod launched by mpirun or srun;
+    `horovodrun` starts it with Gloo), unless the rank recorded another controller."""
+    traits = p.traits
+    if not traits.background_thread or not traits.launcher_mpi:
         return False
-    return p.point.launcher != "horovodrun" and p.provenance.get("horovod_controller", "mpi") == "mpi"
+    return bool(p.provenance.get(CONTROLLER, CONTROLLER_MPI) == CONTROLLER_MPI)
 
 
 def mpi_yields(p: PointData, ranks_per_host: int, cpus: float) -> bool:
@@ -243,7 +256,7 @@ def pollers(p: PointData, ranks_per_host: int, ranks: int) -> float:
     `ranks_per_host` to a host: Horovod's background thread over an Open MPI that spins, as
     many as can spin at once: (ranks − 1) / ranks (the last to arrive waits for none)."""
     cpus = float(p.provenance.get("cpu_count", 0) or 0)
-    spins = horovod_over_mpi(p) and not mpi_yields(p, ranks_per_host, cpus)
+    spins = thread_over_mpi(p) and not mpi_yields(p, ranks_per_host, cpus)
     return (ranks - 1) / ranks if spins and ranks >= 2 else 0.0
 
 

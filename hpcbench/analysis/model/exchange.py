@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from hpcbench.analysis.model.collectives import ModelError
 from hpcbench.analysis.model.iteration import Layer
+from hpcbench.store.traits import Grouping, Traits
 
 MB = 1024 * 1024
 DDP_BUCKET_BYTES = 25 * MB  # torch DistributedDataParallel(bucket_cap_mb=25)
@@ -55,20 +56,21 @@ ONE_MESSAGE = Exchange(fusion_bytes=math.inf)
 DDP = Exchange(fusion_bytes=DDP_BUCKET_BYTES, first_bucket_bytes=DDP_FIRST_BUCKET_BYTES)
 HOROVOD = Exchange(fusion_bytes=HOROVOD_FUSION_BYTES, cycle_s=HOROVOD_CYCLE_S)
 
-# What each backend does by default (the point's backend name).
-BACKEND_EXCHANGE: dict[str, Exchange] = {
-    "gloo": DDP,
-    "nccl": DDP,
-    "horovod": HOROVOD,
-    "mpi": PER_TENSOR,
-    "dist_sync": PER_TENSOR,
-    "dist_async": PER_TENSOR,
-    "multiworker": ONE_MESSAGE,
-    "pmean": PER_TENSOR,  # jax: one pmean per weight tensor
-    "pmean_fused": ONE_MESSAGE,  # jax: one pmean of every gradient
-    "naive": PER_TENSOR,  # ChainerMN on CPU: one all-reduce per parameter
-    "pure_nccl": ONE_MESSAGE,  # ChainerMN on GPUs: the gradients packed into one buffer
+# How each grouping of a backend's gradients (trait `grouping`, store/traits.py) sends them:
+# one message per tensor (per-parameter MPI, MXNet's kvstore, JAX's pmean), one message of
+# every gradient (TensorFlow's multiworker, JAX's pmean_fused, ChainerMN's pure_nccl), DDP's
+# buckets (torch gloo, nccl), Horovod's fusion.
+GROUPING_EXCHANGE: dict[Grouping, Exchange] = {
+    "per_tensor": PER_TENSOR,
+    "one_message": ONE_MESSAGE,
+    "buckets": DDP,
+    "fusion": HOROVOD,
 }
+
+
+def exchange_of(traits: Traits) -> Exchange:
+    """What a backend of these traits does by default."""
+    return GROUPING_EXCHANGE[traits.grouping]
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from hpcbench.analysis import metrics, tables
 from hpcbench.analysis.model import collectives as co
 from hpcbench.analysis.model import exchange as ex
-from hpcbench.analysis import metrics, tables
 from hpcbench.analysis.model import mpi_rules, predict
 from hpcbench.analysis.model.contention import placement_of, pollers
 from hpcbench.analysis.model.forecast_spec import ForecastSpec, Level

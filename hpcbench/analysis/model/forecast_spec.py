@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hpcbench.analysis.model import linkfit as calibration, mpi_rules
+from hpcbench.analysis.model import linkfit as calibration
+from hpcbench.analysis.model import mpi_rules
 from hpcbench.analysis.model.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
 from hpcbench.analysis.model.exchange import Exchange
 from hpcbench.analysis.model.iteration import Layer, PhaseTimes

@@ -114,13 +114,14 @@ def placement(path: Path | str) -> Placement:
 
 
 def rules(path: Path | str) -> str:
-    """The all-reduce rules (mpi_rules.py) of the MPI library a commbench file's MPI all-reduce
-    ran on (its attributes `mpi` and `mpi_environment`); "" (a ring) for another backend or a
-    file that does not name its library."""
+    """The all-reduce rules (mpi_rules.py) of the MPI library a commbench file's all-reduce ran
+    on, as the file records it (attributes `mpi`, the library's version, and `mpi_environment`,
+    which commbench writes where its collectives were MPI's); "" (a ring) for a file that names
+    no library, or one whose rules are unknown."""
     with h5py.File(path, "r") as f:
-        if f.attrs.get("backend") != "mpi":
-            return ""
         version, raw = f.attrs.get("mpi", ""), f.attrs.get("mpi_environment", "{}")
+    if not version:
+        return ""
     try:
         environment = json.loads(raw)
     except (TypeError, ValueError):
@@ -128,24 +129,20 @@ def rules(path: Path | str) -> str:
     return mpi_rules.library(version, environment)
 
 
-RING_BY_BACKEND = {
-    "gloo": "a ring (gloo's all-reduce)",
-    "nccl": "a ring (NCCL picks a ring or a tree by size and node count, which the file does not record)",
-    "mpi": "a ring (the file names no MPI library whose algorithms are known)",
-}
-
-
 def costed_as(path: Path | str) -> str:
     """How the fit costs a commbench file's all-reduce: its MPI library's algorithm per size
-    (`rules`), a forced algorithm, or a ring (gloo's; NCCL's taken as one)."""
+    (`rules`), a forced algorithm, or a ring (what the file's collective library ran is not
+    recorded beyond an MPI library's name and settings, so a ring is taken)."""
     chosen = rules(path)
     if chosen.startswith(mpi_rules.FORCED):
         return f"{chosen[len(mpi_rules.FORCED) :]} (forced by the file's MPI settings)"
     if chosen:
         return f"{chosen}'s algorithm for each size and rank count"
     with h5py.File(path, "r") as f:
-        backend = str(f.attrs.get("backend", ""))
-    return RING_BY_BACKEND.get(backend, f"a ring ({backend or 'backend not named'})")
+        backend, library = str(f.attrs.get("backend", "")), str(f.attrs.get("mpi", ""))
+    if library:
+        return f"a ring (the file names {library.split(',')[0]}, whose algorithms are not known)"
+    return f"a ring ({backend or 'backend not named'}'s all-reduce: the file records no algorithm)"
 
 
 def _allreduce_rows(paths: Sequence[Path]) -> pd.DataFrame:

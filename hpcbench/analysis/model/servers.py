@@ -1,4 +1,4 @@
-"""Parameter-server backends in sweep predictions.
+"""Parameter-server backends in sweep predictions (trait `parameter_server`, store/traits.py).
 
 A worker of a parameter-server backend pushes each gradient tensor to its server and pulls
 the tensor's parameters back: two transfers per tensor and step, each of them crossing a
@@ -19,10 +19,8 @@ from dataclasses import dataclass
 
 from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelError, parameter_server
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 
-# The backends whose exchange goes through parameter servers, and whether a step waits for
-# every worker's push unless the point's `extra.sync` says otherwise.
-SERVER_BACKENDS: dict[str, bool] = {"ps": False, "dist_sync": True, "dist_async": False}
 DEFAULT_SERVERS = 1  # as the adapters start them (`extra.servers`)
 
 
@@ -40,15 +38,17 @@ class Servers:
         return parameter_server(grad_bytes, workers, self.count, link, self.sync)
 
 
-def servers_of(point: Point) -> Servers | None:
-    """The point's parameter servers, or None when its backend has none."""
-    if point.backend not in SERVER_BACKENDS:
+def servers_of(point: Point, traits: Traits) -> Servers | None:
+    """The point's parameter servers, or None when its backend has none (`traits`, the point's:
+    `parameter_server`); a step waits for every worker's push unless the backend is
+    `asynchronous`, or as the point's `extra.sync` says."""
+    if not traits.parameter_server:
         return None
     extra = dict(point.extra)
     count = int(extra.get("servers", DEFAULT_SERVERS))
     if count < 1:
         raise ModelError(f"a parameter-server point needs >= 1 server, got {count}")
-    return Servers(count, bool(extra.get("sync", SERVER_BACKENDS[point.backend])))
+    return Servers(count, bool(extra.get("sync", not traits.asynchronous)))
 
 
 def link_from_transfers(cost: MessageCost, servers: Servers, workers: int) -> LinkCost:

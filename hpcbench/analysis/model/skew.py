@@ -12,7 +12,7 @@ e(4) = 1.0294, e(8) = 1.4236, e(64) = 2.3437; it grows like √(2 ln N).
 
 The model measures the wait where it shows, at the calibration's smallest points of two or
 more ranks: their exchange phase beyond what the fitted link explains there (measured −
-modelled exposed exchange, at least 0: `predict.Calibration.sync`), and carries it to N
+modelled exposed exchange, at least 0: `calibrated.Calibration.sync`), and carries it to N
 ranks as sync · e(N) / e(n) (`growth`). One rank waits for no one.
 """
 

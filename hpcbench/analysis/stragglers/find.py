@@ -28,8 +28,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.stragglers import exposure, whatif
 from hpcbench.analysis import resources
+from hpcbench.analysis.stragglers import exposure, whatif
 from hpcbench.analysis.stragglers.timed import BLOCK_PHASES, Sample
 from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
@@ -183,7 +183,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
     through_of = np.bincount(slowest * len(COMPUTE_PHASES) + through, minlength=n_ranks * len(COMPUTE_PHASES))
     top_phase = np.asarray(COMPUTE_PHASES, dtype=object)[through_of.reshape(n_ranks, -1).argmax(axis=1)]
     top_phase[count == 0] = ""
-    replay = whatif.replay(a.compute, a.phase["comm"], a.duration, not whatif.asynchronous(p.point), typical["compute"])
+    replay = whatif.replay(a.compute, a.phase["comm"], a.duration, not whatif.asynchronous(p), typical["compute"])
     t_iter = whatif.median_of(replay.measured)
     without = np.full(n_ranks, t_iter)
     slow = np.flatnonzero((count > 0) & (replay.factor < 1.0))  # ranks that were ever the slowest

@@ -28,17 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcbench.spec import Point
+from hpcbench.store.reader import PointData
 from hpcbench.store.schema import COMPUTE_PHASES
 
 
-def asynchronous(point: Point) -> bool:
-    """Whether ranks exchange gradients without waiting for each other (asynchronous parameter servers)."""
-    if point.framework == "mxnet":
-        return point.backend == "dist_async"
-    if point.framework == "tensorflow" and point.backend == "ps":
-        return not bool(dict(point.extra).get("sync", False))
-    return False
+def asynchronous(p: PointData) -> bool:
+    """Whether ranks exchange gradients without waiting for each other: parameter servers that
+    apply each rank's gradients as they come (the point's traits `parameter_server` and
+    `asynchronous`, store/traits.py), unless the point's `extra.sync` says they wait."""
+    traits = p.traits
+    return traits.parameter_server and traits.asynchronous and not bool(dict(p.point.extra).get("sync", False))
 
 
 ROWS_BYTES = 4 << 20  # row_median's partitions, a block of rows at a time
