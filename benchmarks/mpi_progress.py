@@ -6,7 +6,8 @@ torch `mpi` hands each gradient to a non-blocking all-reduce (mpi4py's Iallreduc
 backward's hooks and waits for them after backward, as MPI-based frameworks do. Whether that
 overlaps depends on the MPI library progressing the request while the rank computes: Open
 MPI has no progress thread, so a request advances only inside MPI calls. The model takes
-such an exchange as served once backward is over (analysis/model/predict.py, `MPI_EXCHANGES`).
+such an exchange as served once backward is over (analysis/model/calibrate.py: a backend
+whose trait `mpi_exchange` is set).
 
 Per message size, under mpirun (it starts itself there): the blocking all-reduce's time
 (median of `--repeat`), then the same all-reduce started, 4 times its blocking time (at

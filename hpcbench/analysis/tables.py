@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import accuracy, metrics, resources, stats
-from hpcbench.analysis.model.contention import placement_of
+from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers.exposure import Exposure
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES

@@ -29,7 +29,7 @@ from hpcbench.analysis import metrics, pipeline, resources, tables
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
-from hpcbench.analysis.model.contention import placement_of
+from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
 from hpcbench.cli.main import find_command

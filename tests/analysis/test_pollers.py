@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from hpcbench.analysis import pipeline
-from hpcbench.analysis.model.contention import Placement, fit_effective_cores, placement_of, ranks_take_turns
+from hpcbench.analysis.model.contention import fit_effective_cores, ranks_take_turns
 from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model.predict import cycle_wait
+from hpcbench.analysis.placement import Placement, placement_of
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.testing.fabricate import write_point_file

@@ -16,7 +16,6 @@ from hpcbench.analysis.model import exchange as ex
 from hpcbench.analysis.model import iteration as model
 from hpcbench.analysis.model import validate
 from hpcbench.analysis.model.contention import (
-    Placement,
     compute_scale,
     effective_cores_from_wait,
     exchange_wait,
@@ -25,6 +24,7 @@ from hpcbench.analysis.model.contention import (
     rings_that_wait,
     scheduler_slice,
 )
+from hpcbench.analysis.placement import Placement
 from hpcbench.cli.analyze import cmd_summary
 from hpcbench.spec import Point
 from hpcbench.store.traits import Traits

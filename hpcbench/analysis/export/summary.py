@@ -18,7 +18,7 @@ import pandas as pd
 
 import hpcbench
 from hpcbench.analysis import accuracy, metrics, resources, stats
-from hpcbench.analysis.model.contention import placement_of
+from hpcbench.analysis.placement import placement_of
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 

@@ -30,12 +30,12 @@ from hpcbench.analysis.model.contention import (
     fit_phi,
     ring_sleeps,
     rings_that_wait,
-    thread_over_mpi,
 )
 from hpcbench.analysis.model.derived import Derived, timed_mask
 from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model.iteration import Layer, PhaseTimes
 from hpcbench.analysis.model.servers import link_from_transfers, servers_of
+from hpcbench.analysis.placement import thread_over_mpi
 from hpcbench.store.reader import PointData
 
 CYCLE_TIME = "HOROVOD_CYCLE_TIME"  # a background thread's cycle in ms, as the ranks' environment set it
@@ -61,7 +61,7 @@ def mpi_rules_of(p: PointData) -> str:
     """The all-reduce rules (mpi_rules.py) of a point on CPU whose gradients went through
     MPI_Allreduce, from the MPI library its provenance names; "" otherwise (a ring). That is
     a backend of trait `mpi_exchange`, or one whose background thread's controller is MPI
-    (`contention.thread_over_mpi`: Horovod runs MPI's all-reduce on CPU tensors there, Gloo's
+    (`placement.thread_over_mpi`: Horovod runs MPI's all-reduce on CPU tensors there, Gloo's
     ring where `horovodrun` started it with Gloo)."""
     traits = p.traits
     through_mpi = thread_over_mpi(p) if traits.background_thread else traits.mpi_exchange

@@ -17,15 +17,10 @@ from dataclasses import dataclass, field, replace
 
 from hpcbench.analysis.model import mpi_rules, skew
 from hpcbench.analysis.model.collectives import LinkCost
-from hpcbench.analysis.model.contention import (
-    Placement,
-    compute_scale,
-    exchange_wait,
-    ranks_take_turns,
-    rings_that_wait,
-)
+from hpcbench.analysis.model.contention import compute_scale, exchange_wait, ranks_take_turns, rings_that_wait
 from hpcbench.analysis.model.iteration import IterationPrediction, Layer, PhaseTimes, predict_iteration
 from hpcbench.analysis.model.servers import Servers
+from hpcbench.analysis.placement import Placement
 from hpcbench.store.traits import Traits
 
 Sharing = tuple[bool, bool]  # (ranks take turns on the CPUs, threads poll beside their compute)

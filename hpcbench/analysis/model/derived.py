@@ -1,5 +1,5 @@
 """What calibrations derive from a sweep's measured points, once per analysis (`Derived`):
-their compute phases, their placement on the CPUs (contention.py), the share of their time
+their compute phases, their placement on the CPUs (analysis/placement.py), the share of their time
 their threads waited for a CPU, and the costs of their messages (fit.py).
 
 A message's recorded end is the moment its backend completed it, or, where the point's
@@ -17,8 +17,8 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis.model import fit
-from hpcbench.analysis.model.contention import Placement, placement_of
 from hpcbench.analysis.model.servers import servers_of
+from hpcbench.analysis.placement import Placement, placement_of
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData
 

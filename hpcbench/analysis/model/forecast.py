@@ -23,9 +23,9 @@ from hpcbench.analysis import metrics, tables
 from hpcbench.analysis.model import collectives as co
 from hpcbench.analysis.model import exchange as ex
 from hpcbench.analysis.model import mpi_rules, predict
-from hpcbench.analysis.model.contention import placement_of, pollers
 from hpcbench.analysis.model.forecast_spec import ForecastSpec, Level
 from hpcbench.analysis.model.iteration import Layer, PhaseTimes
+from hpcbench.analysis.placement import placement_of, pollers
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["nodes", "ranks", "t_iter_s", "throughput", "efficiency", "exposed_comm_s"]

@@ -25,8 +25,8 @@ import pandas as pd
 from hpcbench.analysis import metrics, resources
 from hpcbench.analysis.model import predict
 from hpcbench.analysis.model.collectives import LinkCost, ModelError
-from hpcbench.analysis.model.contention import Placement, placement_of
 from hpcbench.analysis.model.iteration import IterationPrediction
+from hpcbench.analysis.placement import Placement, placement_of
 from hpcbench.store.reader import PointData
 
 MIN_SCALES = 3
