@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, pipeline, resources, tables
+from hpcbench.analysis import metrics, pipeline, resources
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
@@ -34,7 +34,7 @@ from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
 from hpcbench.cli.main import find_command
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.cli.progress import FileProgress
+from hpcbench.cli.progress import FileProgress, load_sweep
 from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.outputs import OutputFile, check_file, probe_writable
@@ -71,12 +71,7 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     _sweep_dir(directory)
     summary = directory / SUMMARY
     with OutputFile(summary, option="", own=True) as output:  # a read-only sweep stops here
-        with FileProgress() as tick:
-            sweep = tables.load(directory, on_file=tick)
-        for warning in sweep.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
-        if not sweep.points:
-            raise HpcbenchError(f"{directory}: no complete point files to analyse")
+        sweep = load_sweep(directory, "analyse")
         points = [(p.point, p.point_id, p.iterations) for p in sweep.points]
         table = metrics.summary(points, [p.comm for p in sweep.points])
         output.write_text(table.to_csv(index=False))

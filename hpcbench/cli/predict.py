@@ -27,7 +27,7 @@ from hpcbench.analysis import published, tables
 from hpcbench.analysis.model import forecast, forecast_spec
 from hpcbench.cli import failure, textable
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.cli.progress import FileProgress
+from hpcbench.cli.progress import load_sweep
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import parse_yaml
 from hpcbench.sweepdir.outputs import OutputFile
@@ -86,12 +86,7 @@ def _sweep_points(target: Path) -> None:
     directory.)"""
     if not tables.point_files(target):
         raise HpcbenchError(f"{target}: no point files (<id>.h5): not a sweep directory")
-    with FileProgress() as tick:
-        sweep = tables.load(target, on_file=tick)
-    for warning in sweep.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not sweep.points:
-        raise HpcbenchError(f"{target}: no complete point files to calibrate on")
+    load_sweep(target, "calibrate on")
 
 
 def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:

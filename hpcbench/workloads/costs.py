@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from hpcbench.workloads.layers import BatchNorm, Concat, Conv, Dense, Layer, Model, Residual, Shape
-from hpcbench.workloads.shapes import layer_parameters, output_shape, size
+from hpcbench.workloads.layers import BatchNorm, Conv, Dense, Layer, Model, Shape
+from hpcbench.workloads.shapes import layer_parameters, leaves, output_shape, size
 
 FLOAT32_BYTES = 4
 
@@ -35,16 +35,8 @@ class TensorCost:
 
 def _leaves(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shape, Shape]]:
     """(layer, its input shape, its output shape) for every leaf layer, in build order."""
-    for layer in layers:
-        if isinstance(layer, Concat):
-            for branch in layer.branches:
-                yield from _leaves(branch, shape)
-        elif isinstance(layer, Residual):
-            yield from _leaves(layer.body, shape)
-            yield from _leaves(layer.shortcut, shape)
-        else:
-            yield layer, shape, output_shape(layer, shape)
-        shape = output_shape(layer, shape)
+    for layer, given in leaves(layers, shape):
+        yield layer, given, output_shape(layer, given)
 
 
 def layer_flops(layer: Layer, shape: Shape, out: Shape) -> float:

@@ -102,15 +102,15 @@ def shapes(m: Model) -> Shape:
     return sequence_shape(m.layers, m.input, f"model {m.name} on input {m.input}: ")
 
 
-def _walk(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shape]]:
+def leaves(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shape]]:
     """(layer, its input shape) for every leaf layer, depth first, in build order."""
     for layer in layers:
         if isinstance(layer, Concat):
             for branch in layer.branches:
-                yield from _walk(branch, shape)
+                yield from leaves(branch, shape)
         elif isinstance(layer, Residual):
-            yield from _walk(layer.body, shape)
-            yield from _walk(layer.shortcut, shape)
+            yield from leaves(layer.body, shape)
+            yield from leaves(layer.shortcut, shape)
         else:
             yield layer, shape
         shape = output_shape(layer, shape)
@@ -129,9 +129,9 @@ def layer_parameters(layer: Layer, shape: Shape) -> int:
 
 def count_parameters(m: Model) -> int:
     """Trainable parameters (what every framework's builder must produce)."""
-    return sum(layer_parameters(layer, shape) for layer, shape in _walk(m.layers, m.input))
+    return sum(layer_parameters(layer, shape) for layer, shape in leaves(m.layers, m.input))
 
 
 def gradient_sizes(m: Model) -> list[int]:
     """Parameters of each layer that has any, in forward order (per-layer gradient sizes)."""
-    return [n for layer, shape in _walk(m.layers, m.input) if (n := layer_parameters(layer, shape))]
+    return [n for layer, shape in leaves(m.layers, m.input) if (n := layer_parameters(layer, shape))]

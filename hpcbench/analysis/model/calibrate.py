@@ -13,7 +13,7 @@ cycle wait at one rank), `sleeping_wait` and `waits_per_message` (contention.py)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import cast
 
@@ -35,7 +35,7 @@ from hpcbench.analysis.model.derived import Derived, timed_mask
 from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model.iteration import Layer, PhaseTimes
 from hpcbench.analysis.model.servers import link_from_transfers, servers_of
-from hpcbench.analysis.placement import thread_over_mpi
+from hpcbench.analysis.placement import Placement, thread_over_mpi
 from hpcbench.store.reader import PointData
 
 CYCLE_TIME = "HOROVOD_CYCLE_TIME"  # a background thread's cycle in ms, as the ranks' environment set it
@@ -109,34 +109,45 @@ def fit_link_from_points(
     return link, f"messages of {names} (N={n}, {result.n} messages{note})"
 
 
-def _thread_exponent(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
-    """φ from the base point and the smallest point with other threads; its source and that point."""
+def _first_fit(
+    order: Sequence[PointData], derived: Derived, fitter: Callable[[Placement, Placement, float, float], float | None]
+) -> tuple[float, PointData, Placement] | None:
+    """The first value `fitter` finds between the base point (order[0]) and a later point, that
+    point and its placement; None where no pair fits."""
     base = order[0]
     a = derived.measured_placement(base)
     for p in order[1:]:
         b = derived.measured_placement(p)
-        phi = fit_phi(a, b, derived.compute_s(base), derived.compute_s(p))
-        if phi is not None:
-            return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
+        value = fitter(a, b, derived.compute_s(base), derived.compute_s(p))
+        if value is not None:
+            return value, p, b
+    return None
+
+
+def _thread_exponent(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
+    """φ from the base point and the smallest point with other threads; its source and that point."""
+    base, a = order[0], derived.measured_placement(order[0])
+    found = _first_fit(order, derived, fit_phi)
+    if found is not None:
+        phi, p, b = found
+        return phi, f"fitted on {base.point_id} ({a.threads} threads) and {p.point_id} ({b.threads})", p.point_id
     return 0.0, "not measured (no calibration points with other threads): threads assumed not to help", None
 
 
 def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[float, str, str | None]:
     """C_eff from the base point, when it runs one thread-load, and the smallest point of more
     ranks per host with its threads; its source and that point."""
-    base = order[0]
-    a = derived.measured_placement(base)
-    for p in order[1:]:
-        b = derived.measured_placement(p)
-        cores = fit_effective_cores(a, b, derived.compute_s(base), derived.compute_s(p))
-        if cores is not None:
-            source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
-            return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", p.point_id
+    base, a = order[0], derived.measured_placement(order[0])
+    found = _first_fit(order, derived, fit_effective_cores)
+    if found is not None:
+        cores, p, b = found
+        source = f"fitted on {base.point_id} (1 rank) and {p.point_id} ({b.ranks_per_host} ranks per host)"
+        return cores, f"{cores:.2f} of {a.cores:g} cores, {source}", p.point_id
     wait = derived.cpu_wait(base)
-    cores = effective_cores_from_wait(a, wait)
-    if cores is not None:
+    from_wait = effective_cores_from_wait(a, wait)
+    if from_wait is not None:
         waited = f"{a.ranks_per_host} ranks per host, their loops waited {wait:.0%}"
-        return cores, f"{cores:.2f} of {a.cores:g} cores, from the run-queue wait of {base.point_id} ({waited})", None
+        return from_wait, f"{from_wait:.2f} of {a.cores:g} cores, from the run-queue wait of {base.point_id} ({waited})", None
     unknown = "no one-rank and several-rank calibration points, no run-queue wait of a loop that computes"
     return 0.0, f"not measured ({unknown}): the CPU count", None
 
