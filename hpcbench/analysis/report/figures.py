@@ -52,6 +52,17 @@ def _series(table: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
         yield f"{framework}/{backend} {model} b={batch}{also}", line
 
 
+def _finished(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str) -> Figure:
+    """`fig` with its one plot's axes labelled, titled, gridded and its legend drawn."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def _vs_ranks(table: pd.DataFrame, column: str, ylabel: str, title: str, ideal: bool = False) -> Figure | None:
     data = table[np.isfinite(table[column].astype(float))] if column in table else table.iloc[0:0]
     if data.empty:
@@ -62,13 +73,7 @@ def _vs_ranks(table: pd.DataFrame, column: str, ylabel: str, title: str, ideal: 
     if ideal:
         ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="ideal")
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("ranks N")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "ranks N", ylabel, title)
 
 
 def _metric_vs_ranks(stats: pd.DataFrame, key: str) -> Figure | None:
@@ -181,13 +186,9 @@ def predicted_vs_measured(predictions: pd.DataFrame) -> Figure | None:
     ax.plot([0, hi], [0, hi], color="grey", linestyle=":", linewidth=1, label="prediction = measurement")
     ax.set_xlim(0, hi)
     ax.set_ylim(0, hi)
-    ax.set_xlabel("measured t_iter (ms)")
-    ax.set_ylabel("predicted t_iter (ms)")
-    ax.set_title("Performance model: predicted vs measured")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finished(
+        fig, ax, "measured t_iter (ms)", "predicted t_iter (ms)", "Performance model: predicted vs measured"
+    )
 
 
 def accuracy_vs_time(evaluations: pd.DataFrame, stats: pd.DataFrame) -> Figure | None:
@@ -203,13 +204,7 @@ def accuracy_vs_time(evaluations: pd.DataFrame, stats: pd.DataFrame) -> Figure |
     plotted = stats[stats["point"].isin(set(data["point"]))] if "chance" in stats else stats.iloc[0:0]
     for level in sorted({float(c) for c in plotted.get("chance", []) if np.isfinite(c)}):
         ax.axhline(level * 100, color="grey", linestyle=":", linewidth=1, label=f"chance (1/{round(1 / level)})")
-    ax.set_xlabel("training time (s)")
-    ax.set_ylabel("accuracy (%)")
-    ax.set_title("Accuracy vs training time")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    return _finished(fig, ax, "training time (s)", "accuracy (%)", "Accuracy vs training time")
 
 
 def png_base64(fig: Figure) -> str:
