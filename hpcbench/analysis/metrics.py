@@ -12,8 +12,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.stragglers import exposure
 from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, point_warnings
+from hpcbench.analysis.stragglers import exposure
 from hpcbench.analysis.stragglers.timed import columns_of, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.schema import COMPUTE_PHASES, PHASES

@@ -14,7 +14,9 @@
 
 A family is a module of `hpcbench.cli` with a `main(argv, out, prog=...)`; the sweep,
 analysis and commbench families keep their own `python -m` entry points (`hpcbench.sweep`,
-`hpcbench.analyze`, `hpcbench.commbench`). This module only routes.
+`hpcbench.analyze`, `hpcbench.commbench`). This module only routes; `find_command` is how
+this command and the families with a default command (`hpcbench.sweep SPEC.yaml` is
+`hpcbench.sweep run SPEC.yaml`) find theirs.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -55,6 +57,21 @@ SUBCOMMANDS = (
 )
 
 
+def find_command(
+    args: Sequence[str], commands: Collection[str], default: str | None = None
+) -> tuple[list[str], int | None]:
+    """The arguments, with `default` put first where their first word (the first argument
+    that is not an option) is none of `commands`, and where the command stands among them:
+    None where there is no word (help, version, a usage error), or no default for it."""
+    args = list(args)
+    first = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
+    if first is None or args[first] in commands:
+        return args, first
+    if default is None:
+        return args, None
+    return [default, *args], 0
+
+
 def _family(name: str) -> Callable[..., int]:
     """The family's `main`, imported only when used (analysis needs pandas, commbench MPI)."""
     module = importlib.import_module(f"hpcbench.cli.{name}")
@@ -79,10 +96,9 @@ def parser() -> argparse.ArgumentParser:
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
     by_name = {cmd.name: cmd for cmd in SUBCOMMANDS}
-    first = next((i for i, a in enumerate(args) if not a.startswith("-")), None)
-    if first is None or args[first] not in by_name:
+    args, first = find_command(sys.argv[1:] if argv is None else argv, by_name)
+    if first is None:
         parser().parse_args(args)  # prints help, the version, or the usage error (exit 2)
         return 2
     cmd = by_name[args[first]]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TextIO
 
 from hpcbench.cli import failure, textable
+from hpcbench.cli.main import find_command
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import Poller, SweepProgress, plain_line
 from hpcbench.errors import HpcbenchError
@@ -67,8 +68,9 @@ def print_plan(sweep: Sweep, launches: Sequence[plan.Launch], out_dir: Path, dry
         where = "on this host" if local else "in each job (stand-ins for job-time values)"
         print(f"launch commands {where}; nothing is run:", file=out)
         for launch in launches:
-            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(launch.env.items()))
-            print(f"  {launch.point.id}: {env} {shlex.join(launch.argv)}", file=out)
+            argv, environ = launch.shown()
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(environ.items()))
+            print(f"  {launch.point.id}: {env} {shlex.join(argv)}", file=out)
 
 
 def _check_runnable(sweep: Sweep, local: bool) -> None:
@@ -97,56 +99,56 @@ def _executor(manifest: Manifest, sweep: Sweep, profile: SiteProfile, out: TextI
     return EXECUTORS.load(sweep.executor)(manifest, sweep, profile, out, verbose)
 
 
-def _submit(
-    sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[str] | None, verbose: bool, out: TextIO
-) -> int:
-    """Write run files and manifest entries, then run or submit the points (all, or `only`)."""
-    executor_cls = EXECUTORS.load(sweep.executor)
-    _check_runnable(sweep, executor_cls.local)
-    with sweep_lock(out_dir):
-        return _submit_locked(sweep, profile, out_dir, only, verbose, out)
+def plan_launches(sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[str] | None = None) -> list[plan.Launch]:
+    """The launches of the sweep's points (all, or `only`), each built once, here."""
+    local = EXECUTORS.get(sweep.executor).local
+    return [plan.launch_for(p, out_dir, profile, local) for p in sweep.points if only is None or p.id in only]
 
 
-def _submit_locked(
-    sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[str] | None, verbose: bool, out: TextIO
-) -> int:
-    executor_cls = EXECUTORS.load(sweep.executor)
+def _record(sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequence[plan.Launch]) -> Manifest:
+    """Write the spec, the launches' run files and their manifest entries."""
     write_text_atomic(SweepDir(out_dir).spec, sweep.text)
     manifest = Manifest.open(out_dir, sweep.name, sweep.executor)
-    points = [p for p in sweep.points if only is None or p.id in only]
-    for p in points:
+    for p in (launch.point for launch in launches):
         RunFile(p, sweep.name, sweep.text, sweep.options, profile.as_dict()).write(out_dir)
         manifest.add(p)
     manifest.save()
-    launches = [plan.launch_for(p, out_dir, profile, executor_cls.local) for p in points]
-    ids = [p.id for p in points]
+    return manifest
 
-    def tally() -> dict[str, int]:
-        states = [manifest.entries[i].state for i in ids]
-        return {state: states.count(state) for state in mf.STATES}
 
-    if executor_cls.local:
+def _submit(
+    sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequence[plan.Launch], verbose: bool, out: TextIO
+) -> int:
+    """Write run files and manifest entries, then run or submit the launches."""
+    local = EXECUTORS.load(sweep.executor).local
+    _check_runnable(sweep, local)
+    with sweep_lock(out_dir):
+        manifest = _record(sweep, profile, out_dir, launches)
+        if not local:
+            _executor(manifest, sweep, profile, out, verbose).run(launches)
+            print(f"follow with: python -m {PROG} status {shlex.quote(str(out_dir))} --wait", file=out)
+            return 0
+        ids = [launch.point.id for launch in launches]
+
+        def tally() -> dict[str, int]:
+            states = [manifest.entries[i].state for i in ids]
+            return {state: states.count(state) for state in mf.STATES}
+
         # Points run here, one after another: on a terminal a bar shows how far along the sweep
         # is; in a log the executor's line per point says it already.
         with SweepProgress(out, len(ids), plain=False) as (stream, progress), Poller(lambda: progress.update(tally())):
             _executor(manifest, sweep, profile, stream, verbose).run(launches)
-    else:
-        _executor(manifest, sweep, profile, out, verbose).run(launches)
-    states = [manifest.entries[i].state for i in ids]
-    if executor_cls.local:
-        done = states.count(mf.DONE)
+        done = tally()[mf.DONE]
         print(f"{done} of {len(ids)} points done; results in {out_dir}", file=out)
         print(f"next: python -m hpcbench.analyze {shlex.quote(str(out_dir))}", file=out)
         return 0 if done == len(ids) else 1
-    print(f"follow with: python -m {PROG} status {shlex.quote(str(out_dir))} --wait", file=out)
-    return 0
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
     sweep, profile = plan.load(Path(args.spec), catalog())
     executor_cls = EXECUTORS.load(sweep.executor)
     out_dir = (Path(args.out) if args.out else default_out(sweep.name)).absolute()
-    launches = [plan.launch_for(p, out_dir, profile, executor_cls.local) for p in sweep.points]
+    launches = plan_launches(sweep, profile, out_dir)
     print_plan(sweep, launches, out_dir, args.dry_run, out)
     if (out_dir / SweepDir.MANIFEST).exists():
         existing = Manifest.load(out_dir)
@@ -157,7 +159,7 @@ def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
         for path in scripts:
             print(f"wrote {path} (not submitted)", file=out)
         return 0
-    return _submit(sweep, profile, out_dir, None, args.verbose, out)
+    return _submit(sweep, profile, out_dir, launches, args.verbose, out)
 
 
 def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest, Executor]:
@@ -204,7 +206,8 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
         print(f"nothing to resume: every point of {directory} is complete or still queued", file=out)
         return 0
     print(f"resuming {len(todo)} of {len(sweep.points)} points", file=out)
-    return _submit(sweep, executor.profile, directory, todo, args.verbose, out)
+    launches = plan_launches(sweep, executor.profile, directory, todo)
+    return _submit(sweep, executor.profile, directory, launches, args.verbose, out)
 
 
 def cmd_cancel(args: argparse.Namespace, out: TextIO) -> int:
@@ -263,10 +266,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     `python -m hpcbench.sweep`, as `hpcbench` itself passes "hpcbench")."""
     name = prog or PROG
     signal.signal(signal.SIGTERM, _terminate)
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    first = next((a for a in args_list if not a.startswith("-")), None)
-    if first is not None and first not in COMMANDS:
-        args_list.insert(0, "run")  # `sweep SPEC.yaml` means `sweep run SPEC.yaml`
+    args_list, _ = find_command(sys.argv[1:] if argv is None else argv, COMMANDS, default="run")
     args = parser(prog or f"python -m {PROG}").parse_args(args_list)
     try:
         return COMMANDS[args.command](args, out)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+import json
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcbench.errors import SpecError
+from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS, LaunchContext
+from hpcbench.launchers.base import THREAD_VARIABLES, threads_per_rank
 from hpcbench.plan import envs, profiles
 from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import OptionsParser, Point, Sweep, load_sweep
@@ -19,9 +22,15 @@ Executors = Mapping[str, OptionsParser | None]
 section (None for one without options). The plan sits below the executors, so whoever loads
 a spec hands them in (`hpcbench.executors.catalog()`)."""
 
-# Stand-ins shown by plans and dry runs for what a batch job learns only once it runs.
+# What only a running batch job knows stands in its planned launch as a slot, "\0name\0" (no
+# argument or value can hold a NUL byte, so a slot is never taken for anything else, and one
+# left unfilled cannot run): the rendezvous host:port on the job's first node, the job's hosts
+# (host1, host2, ...) and, for a launcher started in the job, its ranks' threads, sized by the
+# cores of the node it runs on. Plans show the stand-ins; the job fills in its own values.
+RENDEZVOUS = "rendezvous"
+THREADS = "threads"
 JOB_TIME_RENDEZVOUS = "FIRST_NODE:29400"
-JOB_TIME_HOSTS = ("NODE1", "NODE2")
+_SLOT = re.compile("\0([^\0]*)\0")
 
 
 def choices(executors: Executors) -> dict[str, list[str]]:
@@ -38,8 +47,13 @@ def choices(executors: Executors) -> dict[str, list[str]]:
 
 
 def check_point(point: Point) -> Iterable[tuple[str, str, str]]:
-    yield from FRAMEWORKS.get(point.framework).check_point(point)
-    yield from LAUNCHERS.get(point.launcher).check_point(point)
+    """A point's problems: its framework's, its launcher's, and whether that launcher gives the
+    point's backend what it needs (MPI ranks, or Horovod's: `Framework.launcher_needs` against
+    `Launcher.mpi` and `Launcher.horovod`; the allowed launchers listed from the registry)."""
+    framework, launcher = FRAMEWORKS.get(point.framework), LAUNCHERS.get(point.launcher)
+    yield from framework.check_point(point)
+    yield from launcher.check_point(point)
+    yield from framework.check_launcher(point, launcher, LAUNCHERS)
 
 
 def sections(executors: Executors) -> dict[str, OptionsParser]:
@@ -66,25 +80,66 @@ def load(spec_path: Path, executors: Executors) -> tuple[Sweep, SiteProfile]:
     return load_text(text, executors)
 
 
+def slot(name: str) -> str:
+    """How slot `name` stands in an argument or value."""
+    return f"\0{name}\0"
+
+
+def host_name(index: int) -> str:
+    """The name of the slot of the job's `index`-th host (from 1)."""
+    return f"host{index}"
+
+
 @dataclass(frozen=True)
 class Launch:
+    """A point's launch, built once by the plan and carried to the executor and, as JSON, into
+    its batch job: the argv that starts the point's ranks and the variables added to the
+    submitting environment, with slots for what only the job knows (`bind`)."""
+
     point: Point
     argv: list[str]
     env: dict[str, str]  # added to the submitting environment
     run_file: str
+    standins: dict[str, str] = field(default_factory=dict)  # what plans show in the slots
+
+    def bind(self, values: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment with every slot filled from `values`."""
+
+        def value(match: re.Match[str]) -> str:
+            if match.group(1) not in values:
+                raise HpcbenchError(
+                    f"point {self.point.id}: its launch needs the job's {match.group(1)}, not known here"
+                )
+            return values[match.group(1)]
+
+        return [_SLOT.sub(value, a) for a in self.argv], {k: _SLOT.sub(value, v) for k, v in self.env.items()}
+
+    def shown(self) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment as plans show them: stand-ins in the slots."""
+        return self.bind(self.standins)
+
+    def to_json(self) -> str:
+        data = {"point": self.point.as_dict(), "argv": self.argv, "env": self.env, "run_file": self.run_file}
+        return json.dumps({**data, "standins": self.standins}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Launch:
+        d = json.loads(text)
+        return cls(Point.from_dict(d["point"]), list(d["argv"]), dict(d["env"]), d["run_file"], dict(d["standins"]))
+
+
+def job_values(point: Point, hosts: Sequence[str], rendezvous: str, cores_per_node: int) -> dict[str, str]:
+    """What a running job fills its launch's slots with."""
+    values = {host_name(i): host for i, host in enumerate(hosts, start=1)}
+    threads = threads_per_rank(point, LaunchContext(python="", run_file="", cores_per_node=cores_per_node))
+    return {**values, RENDEZVOUS: rendezvous, THREADS: str(threads)}
 
 
 def context(
-    point: Point,
-    sweep_dir: Path,
-    profile: SiteProfile,
-    local: bool,
-    rendezvous: str | None = None,
-    hosts: tuple[str, ...] = (),
-    python: str | None = None,
+    point: Point, sweep_dir: Path, profile: SiteProfile, local: bool, rendezvous: str | None, hosts: tuple[str, ...]
 ) -> LaunchContext:
     return LaunchContext(
-        python=python or str(envs.python(point.env)),
+        python=str(envs.python(point.env)),
         run_file=str(SweepDir(sweep_dir).run_file(point.id)),
         local=local,
         rendezvous=rendezvous,
@@ -96,19 +151,22 @@ def context(
     )
 
 
-def launch(point: Point, ctx: LaunchContext, profile: SiteProfile) -> Launch:
-    """The argv and environment that start the point's ranks; the point's `environ` wins."""
+def launch_for(point: Point, sweep_dir: Path, profile: SiteProfile, local: bool) -> Launch:
+    """The point's launch, built once: run on this host (`local`) or in a batch job, whose
+    job-time values stand in it as slots. The point's `environ` wins over the profile's `env`,
+    which wins over the launcher's."""
     launcher = LAUNCHERS.get(point.launcher)()
+    if local:
+        standins: dict[str, str] = {}
+        ctx = context(point, sweep_dir, profile, local, None, ())
+    else:
+        hosts = [host_name(i) for i in range(1, point.nodes + 1)]
+        standins = {RENDEZVOUS: JOB_TIME_RENDEZVOUS, **{h: f"NODE{i}" for i, h in enumerate(hosts, start=1)}}
+        ctx = context(point, sweep_dir, profile, local, slot(RENDEZVOUS), tuple(slot(h) for h in hosts))
     env = launcher.environment(point, ctx)
+    if not local and launcher.tasks != "rank":  # the launcher runs on a node of the job: its cores count
+        standins[THREADS] = here = str(threads_per_rank(point, ctx))
+        env.update({name: slot(THREADS) for name in THREAD_VARIABLES if env.get(name) == here})
     env.update(profile.env)
     env.update(point.environ)
-    return Launch(point, launcher.command(point, ctx), env, ctx.run_file)
-
-
-def launch_for(point: Point, sweep_dir: Path, profile: SiteProfile, local: bool) -> Launch:
-    """The launch as planned on the submitting host (job-time values shown as stand-ins)."""
-    if local:
-        ctx = context(point, sweep_dir, profile, local)
-    else:
-        ctx = context(point, sweep_dir, profile, local, JOB_TIME_RENDEZVOUS, JOB_TIME_HOSTS)
-    return launch(point, ctx, profile)
+    return Launch(point, launcher.command(point, ctx), env, ctx.run_file, standins)

@@ -466,15 +466,110 @@ def test_a_job_gone_from_the_queue_waits_for_sacct_to_record_its_end(tmp_path: P
     # yet, and a stopped file is not taken for a requeued run
     for stale in ("RUNNING", "PENDING", "REQUEUED"):
         assert slurm._verdict(entry, [slurm.Run(stale, None)], None, STATUS_STOPPED, "signal 15 (SIGTERM)") is None
-    assert slurm._verdict(entry, started, "RUNNING", None) == (mf.RUNNING, "")
+    running = slurm._verdict(entry, started, "RUNNING", None)
+    assert running is not None
+    assert (running.state, running.reason) == (mf.RUNNING, "")
     # once recorded, the ranks' reason is kept (FAILED: the ranks' stop exit code)
     ended = [slurm.Run("FAILED", None)]
-    assert slurm._verdict(entry, ended, None, STATUS_STOPPED, "signal 15 (SIGTERM)") == (
-        mf.STOPPED,
-        f"signal 15 (SIGTERM); see {entry.log}",
-    )
+    stopped = slurm._verdict(entry, ended, None, STATUS_STOPPED, "signal 15 (SIGTERM)")
+    assert stopped is not None
+    assert (stopped.state, stopped.stop, stopped.slurm_state) == (mf.STOPPED, "signal 15 (SIGTERM)", "FAILED")
+    assert stopped.reason == f"signal 15 (SIGTERM); see {entry.log}"
     # a real requeue: the queue holds the job pending again, after a recorded run
-    assert slurm._verdict(entry, [slurm.Run("REQUEUED", None)], "PENDING", STATUS_STOPPED) == (
-        mf.QUEUED,
-        "requeued 1x after REQUEUED",
-    )
+    requeued = slurm._verdict(entry, [slurm.Run("REQUEUED", None)], "PENDING", STATUS_STOPPED)
+    assert requeued is not None
+    assert (requeued.state, requeued.requeued_after) == (mf.QUEUED, ("REQUEUED",))
+    assert requeued.reason == "requeued 1x after REQUEUED"
+
+
+LOG = "/s/slurm/submission-001/7/7_0_log.out"
+
+
+@pytest.mark.parametrize(
+    ("verdict", "reason"),
+    [
+        (slurm.Verdict(mf.QUEUED, "PENDING"), ""),
+        (slurm.Verdict(mf.RUNNING, "RUNNING", ("NODE_FAIL", "PREEMPTED")), "requeued 2x after NODE_FAIL, PREEMPTED"),
+        (slurm.Verdict(mf.DONE, "COMPLETED", result="complete"), ""),
+        (slurm.Verdict(mf.DONE, "COMPLETED", ("NODE_FAIL",)), "completed, requeued 1x after NODE_FAIL"),
+        (slurm.Verdict(mf.STOPPED, "CANCELLED", stop="cancelled", log=LOG), f"cancelled; see {LOG}"),
+        (
+            slurm.Verdict(mf.STOPPED, "PREEMPTED", ("NODE_FAIL",), stop="preempted", log=LOG),
+            f"requeued 1x after NODE_FAIL, then preempted; see {LOG}",
+        ),
+        (
+            slurm.Verdict(mf.FAILED, "COMPLETED", result="running", log=LOG),
+            f"job completed but result is running; see {LOG}",
+        ),
+        (slurm.Verdict(mf.FAILED, "COMPLETED", log=LOG), f"job completed but result is missing; see {LOG}"),
+        (slurm.Verdict(mf.FAILED, "OUT_OF_MEMORY", log=LOG), f"Slurm state OUT_OF_MEMORY; see {LOG}"),
+        (
+            slurm.Verdict(mf.FAILED, "TIMEOUT", ("REQUEUED",), hint="rank 1: MemoryError", log=LOG),
+            f"requeued 1x after REQUEUED, then Slurm state TIMEOUT: rank 1: MemoryError; see {LOG}",
+        ),
+    ],
+)
+def test_a_verdict_says_in_one_sentence_what_its_data_holds(verdict: slurm.Verdict, reason: str) -> None:
+    assert verdict.reason == reason
+
+
+def test_the_stop_reason_comes_from_the_data_not_from_the_sentence(tmp_path: Path) -> None:
+    # a log path holding the words the sentence is made of cannot garble what the file is told
+    entry = Entry(id="p", label="p", point={}, state=mf.RUNNING, job_id="7", log="/s/a, then b; see c/7_0_log.out")
+    runs = [slurm.Run("NODE_FAIL", None), slurm.Run("CANCELLED", None)]
+    verdict = slurm._verdict(entry, runs, None, STATUS_STOPPED, "signal 15 (SIGTERM)")
+    assert verdict is not None
+    assert (verdict.state, verdict.stop, verdict.requeued_after) == (mf.STOPPED, "cancelled", ("NODE_FAIL",))
+    assert verdict.reason == f"requeued 1x after NODE_FAIL, then cancelled; see {entry.log}"
+
+
+# --------------------------------------------------------------------------------------
+# the launch: built once by the plan, carried into the job as JSON, its slots filled there
+
+
+def test_a_launch_travels_as_json_unchanged() -> None:
+    point = Point(launcher="horovodrun", framework="torch", nodes=3, ranks_per_node=2, environ=(("A", "b c"),))
+    planned = launch(point)
+    again = Launch.from_json(planned.to_json())
+    assert again == planned
+    assert again.point.id == point.id
+
+
+def test_the_plan_shows_stand_ins_where_only_the_job_knows_the_values() -> None:
+    torchrun = launch(Point(launcher="torchrun", nodes=2, ranks_per_node=4)).shown()[0]
+    assert torchrun[torchrun.index("--rdzv-endpoint") + 1] == plan.JOB_TIME_RENDEZVOUS
+    horovod = launch(Point(launcher="horovodrun", framework="torch", nodes=3, ranks_per_node=2)).shown()[0]
+    assert horovod[horovod.index("-H") + 1] == "NODE1:2,NODE2:2,NODE3:2"
+    assert not any("\0" in a for a in [*torchrun, *horovod])
+
+
+def test_the_job_fills_in_its_hosts_rendezvous_and_threads() -> None:
+    point = Point(launcher="horovodrun", framework="torch", nodes=2, ranks_per_node=2)
+    planned = launch(point)
+    assert planned.env["OMP_NUM_THREADS"] == plan.slot(plan.THREADS)  # sized on the node the launcher runs on
+    argv, env = planned.bind(plan.job_values(point, ("n1", "n2"), "n1:20007", cores_per_node=16))
+    assert argv[argv.index("-H") + 1] == "n1:2,n2:2"
+    assert env["OMP_NUM_THREADS"] == "8"
+    assert env["NCCL_DEBUG"] == "INFO"  # the profile's
+    torchrun = launch(Point(launcher="torchrun", nodes=2, ranks_per_node=4))
+    argv, _ = torchrun.bind(plan.job_values(torchrun.point, ("n1", "n2"), "10.0.0.1:20007", cores_per_node=8))
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "10.0.0.1:20007"
+
+
+def test_a_slot_the_job_cannot_fill_is_an_error_not_a_wrong_command() -> None:
+    planned = launch(Point(launcher="horovodrun", framework="torch", nodes=2, ranks_per_node=2))
+    with pytest.raises(HpcbenchError, match="host2"):
+        planned.bind(plan.job_values(planned.point, ("n1",), "n1:20000", cores_per_node=4))
+
+
+def test_srun_and_local_launches_have_nothing_to_fill_in() -> None:
+    srun = launch(Point(launcher="srun", nodes=2, ranks_per_node=2))
+    assert srun.bind({}) == (srun.argv, srun.env)  # the planning host's threads, as ever
+    local = plan.launch_for(Point(launcher="torchrun", ranks_per_node=2), SWEEP_DIR, SITE, local=True)
+    assert local.standins == {}
+    assert local.bind({}) == local.shown() == (local.argv, local.env)
+
+
+def test_the_points_environ_wins_over_a_slot() -> None:
+    point = Point(launcher="mpirun", nodes=2, environ=(("OMP_NUM_THREADS", "3"),))
+    assert launch(point).env["OMP_NUM_THREADS"] == "3"

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from hpcbench.analysis.report.figures import DPI, SIZE, FigureMaker
 from hpcbench.analysis.metric_table import Format, number, percent
+from hpcbench.analysis.report.figures import DPI, SIZE, FigureMaker
 from hpcbench.analysis.stragglers.find import SweepStragglers
 from hpcbench.sweepdir.atomic import write_text_atomic
 

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -115,7 +116,7 @@ def job_parameters(point: Point, sweep: str, defaults: SlurmOptions, profile: Si
     return params
 
 
-def job_function(point: Point) -> Callable[[str, dict[str, str]], None]:
+def job_function(point: Point) -> Callable[[str], None]:
     return jobs.run_rank if LAUNCHERS.get(point.launcher).tasks == "rank" else jobs.run_launcher
 
 
@@ -211,7 +212,7 @@ class SlurmExecutor(Executor):
             for chunk in chunks(items, limit):
                 try:
                     with executor.batch():
-                        handles = [executor.submit(job_function(x.point), x.run_file, x.env) for x in chunk]
+                        handles = [executor.submit(job_function(x.point), x.to_json()) for x in chunk]
                 except Exception as exc:  # noqa: BLE001 - sbatch's failure, whatever submitit raised
                     detail = " ".join(str(getattr(exc, "stderr", "") or exc).split())
                     raise HpcbenchError(
@@ -225,7 +226,7 @@ class SlurmExecutor(Executor):
                     entry.started, entry.ended = mf.now(), ""
                     entry.log = str(job.paths.stdout).replace("%t", "0")
                     if self.verbose:
-                        print(f"+ {entry.id}: job {job.job_id}: {' '.join(launch.argv)}", file=self.out)
+                        print(f"+ {entry.id}: job {job.job_id}: {' '.join(launch.shown()[0])}", file=self.out)
                 submitted += len(chunk)
                 self.manifest.save()
         print(f"submitted {submitted} points as Slurm jobs (folder {folder})", file=self.out)
@@ -238,7 +239,8 @@ class SlurmExecutor(Executor):
         if active:
             _run(["scancel", *[e.job_id for e in active]], "scancel")
         for e in active:  # running ranks stop together and keep their rows; resume reruns them
-            e.state, e.reason, e.ended = mf.STOPPED, f"cancelled by the user; see {e.log}", mf.now()
+            cancelled = Verdict(mf.STOPPED, stop="cancelled by the user", log=e.log)
+            e.state, e.reason, e.ended = cancelled.state, cancelled.reason, mf.now()
         self.manifest.save()
         return [e.id for e in active]
 
@@ -305,30 +307,55 @@ QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING
 RUNNING_STATES = ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT")
 
 
-def _verdict(
-    e: mf.Entry, records: list[Run], queued: str | None, status: str | None, why: str = ""
-) -> tuple[str, str] | None:
-    """(manifest state, reason) of one entry from its job's accounting records and queue
-    state, its point file's status and, if stopped, the ranks' reason `why`; None while
-    sacct does not know the job yet."""
+@dataclass(frozen=True)
+class Verdict:
+    """What became of a point's job, as data: the manifest's state and what led to it.
+    `reason` is the sentence the manifest keeps for `status` to show."""
+
+    state: str  # the manifest's
+    slurm_state: str = ""  # the job's (TIMEOUT where submitit's handler of the time limit's warning raised)
+    requeued_after: tuple[str, ...] = ()  # the Slurm states that ended its earlier runs
+    result: str | None = None  # the point file's status (None: no file)
+    stop: str = ""  # STOPPED: why its ranks stopped together
+    hint: str = ""  # FAILED: the first rank account found in the job's logs
+    log: str = ""
+
+    @property
+    def reason(self) -> str:
+        after = self.requeued_after
+        requeued = f"requeued {len(after)}x after {', '.join(after)}" if after else ""
+        if self.state in mf.ACTIVE:
+            return requeued
+        if self.state == mf.DONE:
+            return f"completed, {requeued}" if requeued else ""
+        if self.state == mf.FAILED and self.slurm_state == "COMPLETED":
+            return f"job completed but result is {self.result or 'missing'}; see {self.log}"
+        if self.state == mf.STOPPED:
+            why = f"{self.stop}; see {self.log}"
+        else:
+            why = f"Slurm state {self.slurm_state}{': ' + self.hint if self.hint else ''}; see {self.log}"
+        return f"{requeued}, then {why}" if requeued else why
+
+
+def _verdict(e: mf.Entry, records: list[Run], queued: str | None, status: str | None, why: str = "") -> Verdict | None:
+    """The verdict on one entry from its job's accounting records and queue state, its point
+    file's status and, if stopped, the ranks' reason `why`; None while sacct does not know
+    the job yet."""
     *history, state = job_states([r.state for r in records], queued) or [""]
     if queued is None and state in (*QUEUED_STATES, *RUNNING_STATES):
         # The queue holds every pending or running job: one it no longer holds has ended, and
         # sacct's record (slurmdbd is told asynchronously) lags behind its end. Wait for it:
         # its ranks' stopped file would otherwise be taken for a requeued run.
         return None
-    requeued = f"requeued {len(history)}x after {', '.join(history)}" if history else ""
+    seen = Verdict("", state, tuple(history), status, log=e.log)
     if state in FAILED_STATES and status == schema.STATUS_STOPPED:  # the ranks stopped together, rows kept
-        reason = f"{STOP_REASONS.get(state) or why or 'stopped'}; see {e.log}"
-        return mf.STOPPED, f"{requeued}, then {reason}" if requeued else reason
+        return replace(seen, state=mf.STOPPED, stop=STOP_REASONS.get(state) or why or "stopped")
     if state in QUEUED_STATES:
-        return mf.QUEUED, requeued
+        return replace(seen, state=mf.QUEUED)
     if state in RUNNING_STATES:
-        return mf.RUNNING, requeued
+        return replace(seen, state=mf.RUNNING)
     if state == "COMPLETED":
-        if status == schema.STATUS_COMPLETE:
-            return mf.DONE, f"completed, {requeued}" if requeued else ""
-        return mf.FAILED, f"job completed but result is {status or 'missing'}; see {e.log}"
+        return replace(seen, state=mf.DONE if status == schema.STATUS_COMPLETE else mf.FAILED)
     if state not in FAILED_STATES:
         return None
     # the ranks' accounts of the last run: a requeued job's earlier runs wrote into the same logs
@@ -337,8 +364,7 @@ def _verdict(
         # submitit's handler of the time-limit warning signal raised in the worker before
         # Slurm could end the job itself: the cause is the time limit.
         state = "TIMEOUT"
-    reason = f"Slurm state {state}{': ' + hint if hint else ''}; see {e.log}"
-    return mf.FAILED, f"{requeued}, then {reason}" if requeued else reason
+    return replace(seen, state=mf.FAILED, slurm_state=state, hint=hint)
 
 
 def refresh(manifest: mf.Manifest) -> None:
@@ -353,17 +379,18 @@ def refresh(manifest: mf.Manifest) -> None:
         result = manifest.directory / e.result
         status = result_status(result)
         verdict = _verdict(e, runs.get(e.job_id, []), queue.get(e.job_id), status, stop_reason(result))
-        if verdict is None or verdict == (e.state, e.reason):
+        if verdict is None or (verdict.state, verdict.reason) == (e.state, e.reason):
             continue
-        e.state, e.reason = new, reason = verdict
-        if new == mf.QUEUED and status == schema.STATUS_STOPPED:  # the run that stopped was requeued
+        e.state, e.reason = verdict.state, verdict.reason
+        if verdict.state == mf.QUEUED and status == schema.STATUS_STOPPED:  # the run that stopped was requeued
             mark_stop_reason(result, "requeued")
-        if new == mf.STOPPED:
-            mark_stop_reason(result, reason.rpartition("; see ")[0].rpartition(", then ")[2])
-        if new in mf.ENDED:
+        if verdict.state == mf.STOPPED:
+            mark_stop_reason(result, verdict.stop)
+        if verdict.state in mf.ENDED:
             e.ended = mf.now()
-        if new == mf.FAILED and status != schema.STATUS_COMPLETE:  # the file says so too (none: nothing left half-made)
-            mark_failed(manifest.directory / e.result, reason)
+        if verdict.state == mf.FAILED and status != schema.STATUS_COMPLETE:
+            # the file says so too (none: nothing left half-made)
+            mark_failed(manifest.directory / e.result, e.reason)
         changed = True
     if changed:
         manifest.save()

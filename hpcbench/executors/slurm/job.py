@@ -1,8 +1,10 @@
 """What a batch job runs on its nodes (submitit pickles these functions into the job).
 
-`run_rank` is one rank: Slurm started it as a task (launcher `srun`). `run_launcher` runs
-the point's launcher (`mpirun`, `torchrun`, `horovodrun`) once per job or per node, with
-what only the running job knows: its hosts and a rendezvous address on its first node.
+Each is given the point's launch as the plan built it (`Launch.to_json`). `run_rank` is one
+rank: Slurm started it as a task (launcher `srun`). `run_launcher` runs the point's launcher
+(`mpirun`, `torchrun`, `horovodrun`) once per job or per node, its launch's slots filled with
+what only the running job knows: its hosts, a rendezvous address on its first node, and the
+cores of the node it runs on.
 
 Signals: submitit's own handlers, set before these functions run, ignore SIGTERM and answer
 SIGUSR2 by raising (time limit) or by requeueing the job itself (rank 0). Neither may reach
@@ -22,10 +24,7 @@ from pathlib import Path
 from hpcbench import worker
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan import launch as plan
-from hpcbench.plan import profiles
 from hpcbench.rank.stop import EXIT_CODE, STOP_SIGNALS, TIME_LIMIT_SIGNAL_ENV
-from hpcbench.sweepdir.layout import SweepDir
-from hpcbench.sweepdir.runfile import RunFile
 
 RENDEZVOUS_PORT_BASE = 20000
 # mpirun's (and its daemons') wait between the SIGTERM it passes to its ranks and SIGKILL
@@ -41,12 +40,14 @@ def time_limit_signal() -> str:
     return str(JobEnvironment.USR_SIG)
 
 
-def run_rank(run_file: str, env: dict[str, str]) -> None:
+def run_rank(launch_json: str) -> None:
+    launch = plan.Launch.from_json(launch_json)
+    _, env = launch.bind({})  # Slurm started this rank: its launch has nothing left to fill in
     os.environ.update(env)
     os.environ.setdefault(TIME_LIMIT_SIGNAL_ENV, time_limit_signal())
     for sig in STOP_SIGNALS:  # not submitit's: see the module's docstring
         signal.signal(sig, signal.SIG_DFL)
-    code = worker.run(Path(run_file))
+    code = worker.run(Path(launch.run_file))
     if code:  # stopped on a signal, every row kept: the job ends with the worker's exit code
         sys.stdout.flush()
         sys.exit(code)
@@ -73,25 +74,20 @@ def node_address(node: str) -> str:
     return node
 
 
-def run_launcher(run_file: str, env: dict[str, str]) -> None:
-    os.environ.update(env)
-    path = Path(run_file)
-    run = RunFile.load(path)
-    profile = profiles.from_dict(run.profile) if run.profile else profiles.load(None)
+def run_launcher(launch_json: str) -> None:
+    launch = plan.Launch.from_json(launch_json)
     hosts = job_hosts()
     job_id = int(os.environ.get("SLURM_JOB_ID", "0") or 0)
     rendezvous = f"{node_address(hosts[0]) if hosts else '127.0.0.1'}:{RENDEZVOUS_PORT_BASE + job_id % 20000}"
-    sweep_dir = SweepDir.of_run_file(path).root
-    ctx = plan.context(run.point, sweep_dir, profile, local=False, rendezvous=rendezvous, hosts=hosts)
-    launch = plan.launch(run.point, ctx, profile)
-    print("+ " + " ".join(launch.argv), flush=True)
+    argv, env = launch.bind(plan.job_values(launch.point, hosts, rendezvous, os.cpu_count() or 1))
+    print("+ " + " ".join(argv), flush=True)
     for sig in STOP_SIGNALS:  # not submitit's, which would raise here and SIGKILL the launcher
         signal.signal(sig, _note_signal)
-    env = {**os.environ, **MPIRUN_KILL_GRACE, TIME_LIMIT_SIGNAL_ENV: time_limit_signal(), **launch.env}
-    rc = subprocess.run(launch.argv, env=env, check=False).returncode
+    env = {**os.environ, **MPIRUN_KILL_GRACE, TIME_LIMIT_SIGNAL_ENV: time_limit_signal(), **env}
+    rc = subprocess.run(argv, env=env, check=False).returncode
     if rc == EXIT_CODE:
-        print(f"{launch.argv[0]}: the ranks stopped on a signal, every row kept", file=sys.stderr, flush=True)
+        print(f"{argv[0]}: the ranks stopped on a signal, every row kept", file=sys.stderr, flush=True)
         sys.exit(rc)
     if rc != 0:
-        raise HpcbenchError(f"{launch.argv[0]} exited with status {rc} on {os.uname().nodename}")
+        raise HpcbenchError(f"{argv[0]} exited with status {rc} on {os.uname().nodename}")
     sys.stdout.flush()
