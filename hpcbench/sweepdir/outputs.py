@@ -95,9 +95,24 @@ def sweep_names(directory: Path) -> tuple[set[str], set[str]]:
     return files, folders
 
 
-def _holds_point_files(directory: Path) -> bool:
+def _is_commbench_file(path: Path) -> bool:
+    """A file `commbench -o` wrote: HDF5 with an `*.h5` name, but no point file."""
     try:
-        return any(p.is_file() for p in directory.glob(f"*{RESULT_SUFFIX}"))
+        import h5py
+
+        from hpcbench.store.commfile import KIND
+
+        with h5py.File(path, "r") as f:
+            return bool(f.attrs.get("kind") == KIND)
+    except Exception:  # noqa: BLE001 - unreadable: counted as a point file
+        return False
+
+
+def _holds_point_files(directory: Path) -> bool:
+    """Whether `directory` holds a point file (an `*.h5` that is not a commbench file: a folder
+    of commbench files is no sweep directory, and `commbench -o` may add to or replace them)."""
+    try:
+        return any(p.is_file() and not _is_commbench_file(p) for p in directory.glob(f"*{RESULT_SUFFIX}"))
     except OSError:
         return False
 

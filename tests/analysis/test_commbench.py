@@ -121,12 +121,12 @@ def test_single_process_and_foreign_file(tmp_path: Path) -> None:
         calibration.read_commbench(foreign)
 
 
-def test_device_cuda_without_a_gpu_exits_1_with_one_line() -> None:
+def test_device_cuda_without_a_gpu_exits_2_with_one_line() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("this host has a GPU: tests/gpu runs --device cuda for real")
     res = run_module("hpcbench.commbench", "--device", "cuda", "--sizes", "4K", env=MPI_ENV)
-    assert res.returncode == 1, res.stderr
+    assert res.returncode == 2, res.stderr  # bad input (docs/running.md#outputs-and-exit-codes)
     lines = res.stderr.strip().splitlines()
     assert lines == [
         "hpcbench.commbench: error: --device cuda: no CUDA device is visible to this rank (use --device cpu)"

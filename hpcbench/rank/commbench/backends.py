@@ -8,6 +8,10 @@ under torchrun (no MPI) torch.distributed's default group over gloo. With `--dev
 the buffers are in GPU memory and all-reduced through NCCL (one GPU per local rank; ranks
 meet through torchrun's environment, or through MPI under an MPI launcher), in place as
 torch's NCCL all-reduce is.
+
+`BUFFERS` buffers of a size are held at once (send and receive; the loop frees a size's before
+the next's), and `Collectives.memory` says how much room there is for them, so that the
+command refuses a size that cannot fit before any rank allocates it.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ import numpy as np
 from hpcbench.errors import HpcbenchError
 from hpcbench.rank import env as rankenv
 from hpcbench.rank.collectives import Group, MPIComm
+from hpcbench.rank.commbench.memory import available_memory
 from hpcbench.rank.net import free_port
 
 ELEMENT = np.dtype(np.float32)
+BUFFERS = 2  # buffers of one size that a rank holds at once: `buffers` (send, recv)
 
 
 class Collectives(Group, Protocol):
@@ -43,6 +49,11 @@ class Collectives(Group, Protocol):
 
     def sync(self) -> None:
         """Wait until the operations queued so far are done (a device's; nothing on the host)."""
+        ...
+
+    def memory(self) -> tuple[str, int | None]:
+        """Where this rank's buffers live, in words ('memory', 'GPU cuda:0 memory'; ranks on one
+        host that name the same share it), and the bytes free there now (None: unknown)."""
         ...
 
     def close(self) -> None:
@@ -68,6 +79,9 @@ class _HostBuffers(ABC):
 
     def sync(self) -> None:  # noqa: B027 - host operations are done when they return
         pass
+
+    def memory(self) -> tuple[str, int | None]:
+        return "memory", available_memory()
 
     def close(self) -> None:  # noqa: B027 - MPI ends with the interpreter
         pass
@@ -123,9 +137,11 @@ class _Nccl(_TorchGroup):
     backend = "nccl"
 
     def __init__(self, renv: rankenv.RankEnv) -> None:
-        import torch
-        import torch.distributed as dist
-
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:
+            raise HpcbenchError("--device cuda: needs torch with CUDA, which this Python cannot import") from None
         if not torch.cuda.is_available():
             raise HpcbenchError("--device cuda: no CUDA device is visible to this rank (use --device cpu)")
         self._torch, self._dist = torch, dist
@@ -149,6 +165,10 @@ class _Nccl(_TorchGroup):
 
     def sync(self) -> None:
         self._torch.cuda.synchronize(self._device)
+
+    def memory(self) -> tuple[str, int | None]:
+        free, _total = self._torch.cuda.mem_get_info(self._device)
+        return f"GPU {self._device} memory", int(free)
 
     def barrier(self) -> None:
         self._dist.barrier(device_ids=[self._device.index])
@@ -177,7 +197,12 @@ def open_collectives(renv: rankenv.RankEnv, device: str = "cpu") -> Collectives:
     if device == "cuda":
         return _Nccl(renv)
     if renv.mpi or renv.size == 1:
-        return _Mpi()
+        try:
+            return _Mpi()
+        except ImportError:
+            where = "alone" if renv.size == 1 else f"under {renv.source}"
+            raise HpcbenchError(f"commbench {where} all-reduces through MPI: it needs mpi4py, which this Python "
+                                "cannot import") from None  # fmt: skip
     try:
         return _Gloo(renv)
     except ImportError:
