@@ -172,7 +172,7 @@ SKIPPED = {
     "~/venvs/hpcbench/bin/python -m hpcbench.rank.linkage check": "checks this machine's MPI and HDF5 build record",
     "srun -N 1 -n 1 ~/venvs/hpcbench/bin/python -m hpcbench.rank.linkage check": "needs Slurm",
     "mpirun -n 4 python -m hpcbench.commbench [--sizes 4K,64K,1M,16M] [--iters 20] [--warmup 5] "
-    "[--average avg|min|max|rank0] [-o FILE.h5]": "starts 4 MPI ranks",
+    "[--average avg|min|max|rank0] [-o FILE.h5 [--force]]": "starts 4 MPI ranks",
     "mpirun -n 4 --host a:4 python -m hpcbench.commbench -o intra4.h5": "starts MPI ranks on a named host",
     "mpirun -n 4 --host a:1,b:1,c:1,d:1 python -m hpcbench.commbench -o inter4.h5": "needs 4 hosts",
     ".venv/bin/hpcbench run analysis/frameworks.yaml --out DIR": "every framework in every environment: hours",
