@@ -100,6 +100,8 @@ def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFr
         framework, backend, model, batch = config
         print(f"{framework}/{backend} {model} b={batch}: link from {group['comm_source'].iloc[0]}", file=out)
         print(_render(group, overlap_too=False), file=out)
+        for note in filter(None, group["note"]):  # an efficiency above 100 %, and why (forecast.above_one)
+            print(note, file=out)
     return table
 
 

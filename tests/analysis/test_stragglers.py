@@ -315,3 +315,57 @@ def test_a_straggler_on_a_node_whose_hypervisor_stole_cpu_time_is_said_to_have_a
     rows["cpu_steal"][rows["cpu_steal"] == 20.0] = 10.0
     near = stragglers.attribute(read_point(write_point_file(tmp_path / "q.h5", point, a, resources=rows)))
     assert "hypervisor" not in stragglers.headline([near])
+
+
+def _other_ranks_median(speed: np.ndarray, r: int) -> float:
+    """The what-if's reference for rank r by its definition: the median of the other ranks'
+    speeds, of an even number of them the slower of the two middle ones."""
+    others = np.sort(np.delete(speed, r))
+    return float(others[others.size // 2]) if others.size else float(speed[r])
+
+
+@pytest.mark.parametrize("n_ranks", range(1, 10))
+def test_each_rank_is_replayed_at_the_median_speed_of_the_other_ranks(n_ranks: int) -> None:
+    rng = np.random.default_rng(n_ranks)
+    for speed in (rng.random(n_ranks), rng.integers(1, 4, n_ranks).astype(float)):  # ties too
+        factor = whatif.speed_factors(speed)
+        by_definition = [min(1.0, _other_ranks_median(speed, r) / speed[r]) for r in range(n_ranks)]
+        assert factor == pytest.approx(by_definition, rel=1e-12)
+        if n_ranks % 2:  # an odd count: the median of the others is the median rank's, as before
+            assert factor == pytest.approx(np.minimum(1.0, np.median(speed) / speed), rel=1e-12)
+
+
+def test_two_ranks_without_the_straggler_run_at_the_other_ranks_time(tmp_path: Path) -> None:
+    # rank 1's backward lasts 70 ms instead of 20 ms: 50 ms slower per iteration. Without it the
+    # run is rank 0's (its compute + E); the median of both ranks (their mean) would get halfway.
+    a = synchronous(2, 400, {1: {"backward": 3.5}})
+    compute = np.asarray(sum(a[p] for p in BASE))
+    assert float(np.median(compute[1] - compute[0])) == pytest.approx(0.050, rel=0.02)
+    other = float(np.median(compute[0] + E))  # the other rank's iteration time
+    t_with = float(np.median(metrics.step_times(a)))
+    ps = stragglers.attribute(read_point(fabricated(tmp_path, a)))
+    ranks = ps.ranks.set_index("rank")
+    assert num(ranks, 1, "whatif_t_iter_s") == pytest.approx(other, rel=0.005)
+    assert num(ranks, 1, "cost_pct") == pytest.approx(100 * (1 - other / t_with), rel=0.01)
+    assert num(ranks, 0, "cost_pct") == 0.0
+    scenarios = ps.whatif.set_index("scenario")
+    assert num(scenarios, "all ranks at median speed", "t_iter_s") == pytest.approx(other, rel=0.005)
+    assert word(scenarios, stragglers.ONE_RANK, "rank") == "1"
+    assert "ms with it at the other rank's speed)" in stragglers.headline([ps])
+    # the ideal timeline too: every iteration as long as the other rank's
+    assert float(np.median(metrics.step_times(whatif.ideal_iterations(a)))) == pytest.approx(other, rel=0.005)
+
+
+def test_four_ranks_with_two_stragglers_are_replayed_at_the_others_speed(tmp_path: Path) -> None:
+    # ranks 2 and 3 slower by 30 and 50 ms: the median of the others of rank 2 or 3 is a rank at
+    # the base speed (the mean of the two middle ranks, a base one and rank 2, was 15 ms slower);
+    # without rank 3 alone the run is set by rank 2
+    a = synchronous(4, 300, {2: {"backward": 2.5}, 3: {"backward": 3.5}})
+    compute = np.asarray(sum(a[p] for p in BASE))
+    base = float(np.median(compute[:2].max(axis=0) + E))  # the run without either straggler
+    ps = stragglers.attribute(read_point(fabricated(tmp_path, a)))
+    scenarios = ps.whatif.set_index("scenario")
+    assert num(scenarios, "all ranks at median speed", "t_iter_s") == pytest.approx(base, rel=0.01)
+    without_3 = float(np.median(compute[:3].max(axis=0) + E))  # rank 3 gone: rank 2 sets the step
+    assert num(ps.ranks.set_index("rank"), 3, "whatif_t_iter_s") == pytest.approx(without_3, rel=0.01)
+    assert "ms with it at the median speed of the other ranks)" in stragglers.headline([ps])

@@ -130,3 +130,42 @@ def test_a_measured_sweep_at_its_own_scales_and_beyond(tmp_path: Path) -> None:
     assert two > truth[4]
     assert two - truth[4] < a * 2 + b * 1.4e6 + 1e-9  # never more than the larger messages' growth
     assert table["batch_size"].iloc[0] == BATCH
+    assert (table["note"] == "").all()  # no efficiency above 100 %: nothing to explain
+
+
+def test_a_sweep_of_one_rank_only_is_refused_beyond_one_rank(tmp_path: Path) -> None:
+    """One rank sends no message: no link can be fitted from it. Predicted without one, its
+    own exchange phase (2.3 ms, which the model does not carry to more ranks) made 2 ranks
+    110 % efficient; now the prediction is refused, in one line that says what is needed."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    model_point(sweep, 1, alone=0.0023)
+    out = tmp_path / "out.csv"
+    res = run_module("hpcbench", "predict", str(sweep), "--nodes", "2", "--csv", str(out))
+    assert res.returncode == 2 and res.stdout == ""
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"hpcbench predict: error: {sweep}: torch/gloo mlp b={BATCH} was measured on 1 rank only")
+    assert "needs points of >= 2 ranks" in line and "cannot be predicted at 2 ranks" in line
+    assert "from_commbench" in line and not out.exists()
+    # at its own single rank it is what was measured: 100 %, the exchange phase kept
+    res = run_module("hpcbench", "predict", str(sweep), "--nodes", "1")
+    assert res.returncode == 0, res.stderr
+    assert "100.0%" in res.stdout and "efficiency above" not in res.stdout
+
+
+def test_an_efficiency_above_100_percent_is_printed_with_why(tmp_path: Path) -> None:
+    """The one-rank point's exchange phase (30 ms: its all-reduce over itself) is longer than
+    the exchange the model exposes at 2 and 4 ranks over the link fitted on the 2-rank point:
+    the efficiency exceeds 1, and every such row says why, with the numbers it comes from."""
+    truth = {1: model_point(tmp_path, 1, alone=0.030)[1], 2: model_point(tmp_path, 2)[1]}
+    assert truth[2] < truth[1]  # as measured: 2 ranks iterate faster than 1
+    table = forecast.extrapolate(tmp_path, [1, 2])
+    assert table["ranks"].tolist() == [2, 4] and (table["efficiency"] > 1).all()
+    assert table["efficiency"].iloc[0] == pytest.approx(truth[1] / truth[2], rel=1e-6)
+    for ranks, exposed, note in zip(table["ranks"], table["exposed_comm_s"], table["note"].astype(str), strict=True):
+        assert note.startswith(f"efficiency above 100 % at {ranks} ranks: one rank's own exchange (30.00 ms")
+        assert f"the model exposes {exposed * 1e3:.2f} ms of exchange (its messages over the fitted link)" in note
+    res = run_module("hpcbench", "predict", str(tmp_path), "--nodes", "1,2")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert [line for line in lines if line.startswith("efficiency above 100 %")] == table["note"].tolist()

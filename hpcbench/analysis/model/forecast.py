@@ -23,13 +23,16 @@ from hpcbench.analysis import metrics, tables
 from hpcbench.analysis.model import collectives as co
 from hpcbench.analysis.model import exchange as ex
 from hpcbench.analysis.model import mpi_rules, predict
+from hpcbench.analysis.model.calibrated import Calibration
 from hpcbench.analysis.model.forecast_spec import ForecastSpec, Level
-from hpcbench.analysis.model.iteration import Layer, PhaseTimes
-from hpcbench.analysis.placement import placement_of, pollers
+from hpcbench.analysis.model.iteration import IterationPrediction, Layer, PhaseTimes
+from hpcbench.analysis.placement import Placement, placement_of, pollers
+from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["nodes", "ranks", "t_iter_s", "throughput", "efficiency", "exposed_comm_s"]
 MORE = ["t_iter_no_overlap_s", "throughput_no_overlap", "efficiency_no_overlap", "comm_total_s", "messages"]
+EFFICIENCY_ROUNDING = 1e-9  # an efficiency this little above 1 is the same t_iter, rounded
 
 
 def _fit_cost(level: Level, p: int) -> co.MessageCost:
@@ -89,10 +92,54 @@ def forecast(spec: ForecastSpec) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS + MORE)
 
 
+def _no_link(directory: Path, largest: PointData, nodes: Sequence[int]) -> HpcbenchError:
+    """The refusal of a configuration measured on one rank only, at node counts of >= 2 ranks:
+    one rank sends no message, so no message cost (the link's α, β) can be fitted, and a
+    prediction without one would cost the exchange nothing (the single rank's own exchange
+    phase, which the model does not carry to more ranks, then made the efficiency exceed 1)."""
+    p = largest.point
+    ranks = [n * p.ranks_per_node for n in nodes if n * p.ranks_per_node >= 2]
+    return HpcbenchError(
+        f"{directory}: {p.framework}/{p.backend} {p.model} b={p.batch_size} was measured on 1 rank only: "
+        f"calibrating a link (the exchange's message cost) needs points of >= 2 ranks with messages, so it "
+        f"cannot be predicted at {', '.join(map(str, ranks))} ranks; add a point of >= 2 ranks to the sweep, or "
+        "describe the run in a prediction file with its links (`links:`, or `from_commbench:` on `hpcbench "
+        "commbench` files; docs/predict.md)"
+    )
+
+
+def above_one(cal: Calibration, single: IterationPrediction, pred: IterationPrediction, where: Placement) -> str:
+    """Why the efficiency of `pred` (at pred.ranks) against `single` (one rank, the same batch)
+    exceeds 1, from the parts of the two predictions: t_iter(N) < t_iter(1) means a shorter
+    exchange or a shorter compute at N ranks (the time in no phase is the same at both)."""
+    e1, en = single.comm_exposed, pred.comm_exposed
+    c1 = single.data + single.h2d + single.forward + single.backward + single.update
+    cn = pred.data + pred.h2d + pred.forward + pred.backward + pred.update
+    reasons = []
+    if en < e1:
+        alone = f"measured on {cal.point}" if cal.local_exchange > 0 else "half its background thread's cycle"
+        costed = "its messages over the fitted link" if cal.link else "no link: only the wait for the last rank"
+        reasons.append(
+            f"one rank's own exchange ({e1 * 1e3:.2f} ms, {alone}: its all-reduce over itself) is not carried to "
+            f"{pred.ranks} ranks, where the model exposes {en * 1e3:.2f} ms of exchange ({costed})"
+        )
+    if cn < c1:
+        reasons.append(
+            f"compute per rank is {cn * 1e3:.2f} ms at {pred.ranks} ranks ({where.describe()}) against "
+            f"{c1 * 1e3:.2f} ms on one rank ({cal.on(cal.placement).describe()}): fewer rank(s) share each core, or "
+            "more threads per rank"
+        )
+    if not reasons:  # rounding only: no part is shorter
+        reasons.append(f"t_iter {pred.t_iter * 1e3:.2f} ms at {pred.ranks} ranks against {single.t_iter * 1e3:.2f} ms")
+    return f"efficiency above 100 % at {pred.ranks} ranks: " + "; ".join(reasons)
+
+
 def extrapolate(directory: Path, nodes: Sequence[int]) -> pd.DataFrame:
     """Each configuration of a measured sweep, calibrated on all its points, at `nodes` nodes
     of as many ranks per node as its largest point (one link for both levels: a sweep
-    measures one network)."""
+    measures one network). A configuration measured on one rank only, without a link, is
+    refused at >= 2 ranks (HpcbenchError): it has nothing to cost the exchange with. A row
+    whose efficiency exceeds 1 says why in `note` (above_one)."""
     sweep = tables.load(directory)
     stats = tables.stats_table(sweep.points).set_index("point")
     groups: dict[str, list[PointData]] = {}
@@ -103,14 +150,18 @@ def extrapolate(directory: Path, nodes: Sequence[int]) -> pd.DataFrame:
         cal = predict.calibrate(group, stats, None)
         largest = max(group, key=lambda p: p.iterations.shape[0])
         per_node = largest.point.ranks_per_node
+        if cal.link is None and largest.iterations.shape[0] < 2 and any(n * per_node >= 2 for n in nodes):
+            raise _no_link(directory, largest, nodes)
         where = placement_of(largest)
         base = {"framework": largest.point.framework, "backend": largest.point.backend, "model": largest.point.model,
                 "batch_size": largest.point.batch_size, "ranks_per_node": per_node}  # fmt: skip
-        x1 = predict.predict_point(cal, 1, largest.point.batch_size, overlap=True).throughput
+        single = predict.predict_point(cal, 1, largest.point.batch_size, overlap=True)
         for n in nodes:
             at = replace(where, pollers=pollers(largest, where.ranks_per_host, n * per_node))
             pred = predict.predict_point(cal, n * per_node, largest.point.batch_size, overlap=True, placement=at)
+            efficiency = pred.throughput / (n * per_node * single.throughput)
+            note = above_one(cal, single, pred, cal.on(at)) if efficiency > 1 + EFFICIENCY_ROUNDING else ""
             rows.append({**base, "nodes": n, "ranks": n * per_node, "t_iter_s": pred.t_iter,
-                         "throughput": pred.throughput, "efficiency": pred.throughput / (n * per_node * x1),
-                         "exposed_comm_s": pred.comm_exposed, "comm_source": cal.comm_source})  # fmt: skip
+                         "throughput": pred.throughput, "efficiency": efficiency, "exposed_comm_s": pred.comm_exposed,
+                         "comm_source": cal.comm_source, "note": note})  # fmt: skip
     return pd.DataFrame(rows)

@@ -10,9 +10,9 @@ docs/stragglers.md):
   others wait for it in the exchange) and the phase through which it did (its largest excess
   over that iteration's median rank, by compute); per rank, the share of iterations it was
   the slowest and its median excess then;
-- the what-if replay (whatif.py): every rank at the median speed, each rank that was ever
-  the slowest alone at the median speed (its cost: the share of t_iter the run would save),
-  communication hidden;
+- the what-if replay (whatif.py): every rank at the median speed of the other ranks (with 2
+  ranks, the other rank's), each rank that was ever the slowest alone at that speed (its
+  cost: the share of t_iter the run would save without it), communication hidden;
 - per gradient bucket, how much of it backward hid (exposure.py).
 
 Across a sweep: hosts, and ranks within hosts (host, local rank), by how often they held a
@@ -47,7 +47,8 @@ STRAGGLER_COLUMNS = [
     "whatif_t_iter_s", "t_iter_s", "cpu_wait", "cpu_steal",
 ]  # fmt: skip
 WHATIF_COLUMNS = ["point", "scenario", "rank", "host", "t_iter_s", "throughput", "saving_pct"]
-SCENARIOS = ["measured", "all ranks at median speed", "communication hidden"]  # then each slow rank
+SCENARIOS = ["measured", "all ranks at median speed", "communication hidden"]  # then each slow rank (ONE_RANK)
+ONE_RANK = "rank at the other ranks' median speed"  # whatif.reference_speed: with 2 ranks, the other rank's
 HOST_COLUMNS = ["host", "local_rank", "points", "slowest_points", "median_excess_pct", "evidence"]
 
 
@@ -231,8 +232,9 @@ def _rows(point_id: str, ranks: Columns, typical: dict[str, np.ndarray], t_iter:
 
 
 def _scenarios(p: PointData, replay: whatif.Replay, ranks: Columns, t_iter: float) -> Columns:
-    """whatif.csv's rows of one point: measured, every rank at the median speed, communication
-    hidden, then each slow rank alone at the median speed (costliest first)."""
+    """whatif.csv's rows of one point: measured, every rank at the median speed of the other
+    ranks, communication hidden, then each slow rank alone at the other ranks' median speed
+    (costliest first)."""
     without = ranks["whatif_t_iter_s"]
     slow = np.flatnonzero((ranks["slowest_iterations"] > 0) & (without < t_iter))
     slow = slow[np.argsort(-ranks["cost_pct"][slow], kind="stable")]
@@ -244,7 +246,7 @@ def _scenarios(p: PointData, replay: whatif.Replay, ranks: Columns, t_iter: floa
         saving = 100.0 * (1.0 - t / t_iter) if t_iter > 0 else np.full(t.size, np.nan)
     return {
         "point": np.full(t.size, p.point_id, dtype=object),
-        "scenario": np.asarray(SCENARIOS + ["rank at median speed"] * slow.size, dtype=object),
+        "scenario": np.asarray(SCENARIOS + [ONE_RANK] * slow.size, dtype=object),
         "rank": np.asarray(["", "", "", *ranks["rank"][slow].tolist()], dtype=object),
         "host": np.asarray(["", "", "", *ranks["host"][slow].tolist()], dtype=object),
         "t_iter_s": t,
@@ -311,9 +313,14 @@ def headline(points: list[PointStragglers]) -> str:
     return (
         f"Straggler: rank {int(col['rank'][r])} on host {col['host'][r]} costs {cost:.1f} % of point "
         f"{ps.point_id}'s iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(col['whatif_t_iter_s'][r]) * 1e3:.2f} "
-        f"ms with it at the median rank's speed), slowest mostly through {col['through'][r] or 'compute'}"
+        f"ms with it at {_reference(len(col['rank']))}), slowest mostly through {col['through'][r] or 'compute'}"
         f"{_waited(col['cpu_wait'], r)}{_stolen(col['cpu_steal'], r)}{more} (stragglers.csv)."
     )
+
+
+def _reference(ranks: int) -> str:
+    """The what-if's reference speed in words (whatif.reference_speed)."""
+    return "the other rank's speed" if ranks == 2 else "the median speed of the other ranks"
 
 
 def _above_median(values: np.ndarray, r: int, gap: float) -> float | None:

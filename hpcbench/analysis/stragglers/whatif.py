@@ -1,13 +1,19 @@
-"""What-if replay: a point re-timed as if its slow ranks ran at the median rank's speed, or
-its communication were hidden, from the recorded phases alone.
+"""What-if replay: a point re-timed as if its slow ranks ran at the speed of the other ranks
+(the median of the others), or its communication were hidden, from the recorded phases alone.
 
 Inputs are per (rank, timed iteration) arrays: compute c (data + h2d + forward + backward
 + update), the `comm` phase x (time in the exchange after backward: transfer plus waiting)
 and the iteration's duration d (t_end - t_start); T_i = max_r d is the measured step.
 
-- A rank's speed is s_r = median_i c[r, i]; the median rank's is s_med = median_r s_r. "At
-  the median speed", rank r's compute becomes c[r, i] * min(1, s_med / s_r): slower ranks
-  are scaled down (keeping their iteration-to-iteration variation), faster ones kept.
+- A rank's speed is s_r = median_i c[r, i]. A rank is replayed at the median speed of the
+  OTHER ranks, m_r = median_{q != r} s_q (of an even number of others, the slower of the
+  two middle ones: a speed some rank ran at), so that "without the straggler" means the
+  same at any rank count: with 2 ranks, the other rank's speed (the median of both, their
+  mean, would take the replay only halfway). For every rank that m_r slows down, m_r is one
+  number, s_ref: the ((n - 1) // 2)-th smallest of the s_r (n odd: the median rank, as
+  before; n even: the lower of the two middle ranks, the attribution's median rank).
+  "At the median speed", rank r's compute becomes c[r, i] * min(1, s_ref / s_r): slower
+  ranks are scaled down (keeping their iteration-to-iteration variation), faster ones kept.
 - Synchronous exchange (all-reduce; parameter servers in synchronous mode): every rank
   waits in the exchange for the last one, so a step lasts max_r c + the transfer + overhead
   and the replayed step is T'_i = T_i - (max_r c[:, i] - max_r c'[:, i]).
@@ -110,8 +116,8 @@ class Replay:
     """Per timed iteration step times of each scenario; each rank's speed factor."""
 
     measured: np.ndarray  # T_i
-    factor: np.ndarray  # per rank, min(1, s_med / s_r)
-    all_median: np.ndarray  # every rank at the median speed
+    factor: np.ndarray  # per rank, min(1, m_r / s_r), m_r the median speed of the other ranks
+    all_median: np.ndarray  # every rank at (at most) the median speed of the other ranks
     comm_hidden: np.ndarray  # no transfer time exposed
     synchronous: bool
     _c: np.ndarray  # compute
@@ -119,7 +125,7 @@ class Replay:
     _top: Top2  # of c (synchronous) or d (asynchronous)
 
     def without_each(self, ranks: np.ndarray) -> np.ndarray:
-        """Step times, one row per rank of `ranks`, with that rank alone at the median speed."""
+        """Step times, one row per rank of `ranks`, with that rank alone at the other ranks' median speed."""
         c = self._c[ranks]
         saved = c * (1.0 - self.factor[ranks]).astype(c.dtype)[:, None]
         mine = self._top.rank[None, :] == ranks[:, None]
@@ -129,7 +135,7 @@ class Replay:
         return np.asarray(np.maximum(others, self._d[ranks] - saved), dtype=np.float64)
 
     def without(self, r: int) -> np.ndarray:
-        """Step times with rank r alone at the median speed."""
+        """Step times with rank r alone at the other ranks' median speed."""
         if self.factor[r] >= 1.0:
             return self.measured
         saved = self._c[r] * (1.0 - self.factor[r])
@@ -138,9 +144,23 @@ class Replay:
         return np.asarray(self._top.replaced(r, self._d[r] - saved), dtype=np.float64)
 
 
+def reference_speed(speed: np.ndarray) -> float:
+    """The speed a slow rank is replayed at: the median of the OTHER ranks' speeds (of an even
+    number of others, the slower of the two middle ones). For every rank slower than it, that
+    is the ((n - 1) // 2)-th smallest of all n speeds: the median rank of an odd count, the
+    lower of the two middle ranks of an even count (with 2 ranks, the faster one). NaN if
+    there are none or one is NaN."""
+    x = np.asarray(speed, dtype=np.float64).reshape(-1)
+    if x.size == 0 or np.isnan(x).any():
+        return float("nan")
+    k = (x.size - 1) // 2
+    return float(np.partition(x, k)[k])
+
+
 def speed_factors(speed: np.ndarray) -> np.ndarray:
-    """Per rank, min(1, s_med / s_r) from s_r, each rank's median compute (1 where s_r is 0)."""
-    med = median_of(speed)
+    """Per rank, min(1, m_r / s_r) from s_r, each rank's median compute, m_r the median of the
+    other ranks' (reference_speed; 1 where s_r is 0)."""
+    med = reference_speed(speed)
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(speed > 0, med / speed, 1.0)
     return np.asarray(np.minimum(np.nan_to_num(f, nan=1.0), 1.0))
@@ -168,10 +188,11 @@ def replay(
 
 
 def ideal_iterations(iterations: np.ndarray, synchronous: bool = True) -> np.ndarray:
-    """The iteration rows (all of them, warm-up included) re-timed with every rank at the median
-    rank's speed: compute phases scaled by each rank's factor (from the timed iterations), the
-    time in the exchange and the iteration shortened by the step's saving, and every later
-    iteration moved earlier by the savings before it. For `hpcbench trace --ideal`."""
+    """The iteration rows (all of them, warm-up included) re-timed with every rank at (at most)
+    the median speed of the other ranks (speed_factors): compute phases scaled by each rank's
+    factor (from the timed iterations), the time in the exchange and the iteration shortened
+    by the step's saving, and every later iteration moved earlier by the savings before it.
+    For `hpcbench trace --ideal`."""
     out = np.array(iterations, copy=True)
     if out.size == 0:
         return out
