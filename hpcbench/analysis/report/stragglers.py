@@ -58,7 +58,7 @@ def heat_map(slow: SweepStragglers) -> Figure | None:
 
 
 def cost_per_rank(slow: SweepStragglers) -> Figure | None:
-    """Each rank's cost (share of t_iter saved with it at the median speed), costliest points."""
+    """Each rank's cost (share of t_iter saved with it at the other ranks' median speed), costliest points."""
     chosen = _costliest(slow, HEAT_POINTS)
     if not chosen:
         return None
@@ -68,7 +68,7 @@ def cost_per_rank(slow: SweepStragglers) -> Figure | None:
         ranks = slow.points[k].ranks
         ax.bar(ranks["rank"] + j * width, ranks["cost_pct"], width=width, label=slow.points[k].point_id)
     ax.set_xlabel("rank")
-    ax.set_ylabel("cost: t_iter saved at median speed (%)")
+    ax.set_ylabel("cost: t_iter saved at the others' median speed (%)")
     ax.set_title("Cost of each rank")
     ax.legend(fontsize="small")
     ax.grid(True, axis="y", alpha=0.3)
@@ -136,10 +136,10 @@ def sections(slow: SweepStragglers) -> list[tuple[str, Spec, pd.DataFrame, str]]
          "Per point, ranks that were ever the slowest: compute (data + h2d + forward + backward + update, median "
          "over iterations), excess over the median rank, share of iterations it was the slowest and its median "
          "excess then, the phase it was slowest through, and its cost: the share of t_iter the run saves with it at "
-         "the median rank's speed (what-if replay). Every rank and phase: stragglers.csv."),
+         "the median speed of the other ranks (what-if replay). Every rank and phase: stragglers.csv."),
         ("What if: the run re-timed", WHATIF, slow.whatif,
-         "Replayed from the recorded phases: every rank at the median rank's speed, one rank at it, communication "
-         "hidden (docs/stragglers.md)."),
+         "Replayed from the recorded phases: every rank at the median rank's speed, one rank at the median speed of "
+         "the other ranks (with 2 ranks, the other rank's), communication hidden (docs/stragglers.md)."),
         ("Slow hosts across the sweep", HOSTS, slow.hosts,
          "Hosts (of points on two or more hosts) and ranks within hosts (host, local rank), by the number of points "
          "in which they held the slowest rank and their median excess then."),
