@@ -24,7 +24,7 @@ import numpy as np
 import hpcbench
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks import FRAMEWORKS, Framework
-from hpcbench.launchers import detect
+from hpcbench.launchers import LAUNCHERS, detect
 from hpcbench.rank import env as rankenv
 from hpcbench.rank import linkage, provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
@@ -33,6 +33,7 @@ from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.rank.watchdog import Watchdog, watched
 from hpcbench.store import schema
 from hpcbench.store.status import result_status
+from hpcbench.store.traits import Traits
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.runfile import RunFile
@@ -166,6 +167,12 @@ class PointRun:
         framework.setup(point, self.renv, self.comm)
         return framework
 
+    def traits(self) -> Traits:
+        """The traits the point's backend declares, with its launcher's: whether that launcher
+        starts its ranks through MPI_Init (`Launcher.mpi`)."""
+        launcher = LAUNCHERS.get(self.point.launcher)
+        return self.framework.traits_of(self.point.backend).with_launcher(mpi=launcher.mpi)
+
     def start(self) -> bool:
         """Set up the framework and the shared point file; False if it is complete already."""
         point, options, renv = self.point, self.spec.options, self.renv
@@ -188,6 +195,8 @@ class PointRun:
         extra: dict[str, Any] = {
             **framework.versions(),
             "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/model/fit.py)
+            # how the backend and the launcher behave, as the analysis models them (store/traits.py)
+            "traits": self.traits().to_json(),
             "writer": kind,
             # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
             "resource_sources": comm.allgather(self.sampler.sources),

@@ -1,11 +1,22 @@
-"""The framework adapter contract every framework module implements."""
+"""The framework adapter contract every framework module implements.
+
+`Framework` owns what every adapter does alike: this rank's data shard, its batches and the
+test pass over the held-out shard (each adapter evaluates one batch: `evaluate_batch`), the
+steps per epoch, the guard of a backend that needs MPI ranks, the rendezvous timeout and the
+optimizer's momentum. Each backend declares its traits (what the performance model must
+know of it, `hpcbench.store.traits`) and what it needs of the launcher that starts its ranks
+(`LauncherNeed`, checked at planning against the launcher's own declarations). An adapter
+keeps what differs: building the model, the step, the exchange.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -15,13 +26,50 @@ from hpcbench.rank.env import RankEnv
 from hpcbench.registry import Registry, import_error
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.store.traits import Traits
 from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
-MPI_LAUNCHERS = ("mpirun", "srun")  # launchers whose ranks find each other through MPI_Init
+MOMENTUM = 0.9  # SGD's momentum (`optimizer: momentum`) in every framework
+ADAM = (0.9, 0.999, 1e-8)  # Adam's beta1, beta2, epsilon where a framework spells them out
+INIT_TIMEOUT_S = 300.0  # default of HPCBENCH_INIT_TIMEOUT_S: how long a backend's rendezvous may take
+
+
+class LauncherKind(Protocol):
+    """What a framework asks of a launcher class (`hpcbench.launchers.base.Launcher`, a layer
+    above: it reaches the frameworks as this)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def mpi(self) -> bool:
+        """Its ranks find their peers through MPI_Init."""
+
+    @property
+    def horovod(self) -> bool:
+        """It is Horovod's own launcher: Horovod connects its ranks."""
+
+
+@dataclass(frozen=True)
+class LauncherNeed:
+    """What a backend needs of the launcher that starts its ranks: ranks that find their
+    peers through MPI_Init (`Launcher.mpi`), or, with `horovod`, also those of Horovod's own
+    launcher (`Launcher.horovod`)."""
+
+    why: str  # what MPI is needed for, as said in the messages
+    horovod: bool = False
+    field: str = "launcher"  # the point's field a refusal names
+
+    def accepts(self, launcher: LauncherKind) -> bool:
+        return launcher.mpi or (self.horovod and launcher.horovod)
+
+    @property
+    def launchers(self) -> str:
+        return "an MPI launcher or Horovod's own" if self.horovod else "an MPI launcher"
 
 
 @dataclass(frozen=True)
@@ -33,12 +81,23 @@ class Evaluation:
     loss: float  # mean test loss over the shard
 
 
+@dataclass(frozen=True)
+class RankData:
+    """This rank's data: its shard, the training batches, the test pass's batch size."""
+
+    shard: data.Shard
+    batches: data.Batches
+    eval_batch: int
+    classifies: bool  # the model is a classifier (accuracy is counted)
+
+
 class Framework(ABC):
     """One deep-learning framework driven through the same phase-timed loop.
 
     Lifecycle on every rank: `setup` (distributed initialisation), `build` (model, optimizer,
-    data), then `step` once per iteration between the worker's `Recorder.start` and
-    `Recorder.stop`, marking the phase ends it goes through, then `teardown`.
+    data: `load_data`), then `step` once per iteration between the worker's `Recorder.start`
+    and `Recorder.stop`, marking the phase ends it goes through, `evaluate` (the test pass:
+    `evaluate_batch` per batch), then `teardown`.
     """
 
     name: ClassVar[str]
@@ -48,12 +107,26 @@ class Framework(ABC):
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {}
     models: ClassVar[tuple[str, ...]]
     datasets: ClassVar[tuple[str, ...]] = ("synthetic",)
+    # each backend's traits (how it groups and exchanges gradients: hpcbench.store.traits);
+    # a backend not named has the defaults, Traits()
+    traits: ClassVar[Mapping[str, Traits]] = {}
+    # what each backend needs of its launcher (a backend not named runs under any)
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {}
+    # the one device a backend runs on, where it has one: backend -> (device, the problem
+    # on another, what is allowed), refused as a `backend` problem
+    backend_devices: ClassVar[Mapping[str, tuple[str, str, str]]] = {}
+    momentum: ClassVar[float] = MOMENTUM  # the optimizer's momentum (`optimizer: momentum`)
+
+    _data: RankData | None = None  # set by `load_data` in `build`
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         """Cross-field problems of a point for this framework (beyond the name lists)."""
         if point.backend not in cls.backends:
             yield "backend", f"{point.backend!r} is not a backend of framework {cls.name!r}", ", ".join(cls.backends)
+        device, problem, allowed = cls.backend_devices.get(point.backend, (point.device, "", ""))
+        if point.device != device:
+            yield "backend", problem, allowed
         if point.model not in cls.models:
             yield "model", f"{point.model!r} is not a model of framework {cls.name!r}", ", ".join(cls.models)
             return
@@ -69,6 +142,35 @@ class Framework(ABC):
                 yield "model", str(exc), f"models whose input fits dataset {point.dataset!r}"
 
     @classmethod
+    def traits_of(cls, backend: str) -> Traits:
+        """The traits `backend` declares, with this framework's momentum (the launcher's part,
+        `launcher_mpi`, is the worker's to set)."""
+        return replace(cls.traits.get(backend, Traits()), momentum=cls.momentum)
+
+    @classmethod
+    def launcher_need(cls, point: Point) -> LauncherNeed | None:
+        """What the point's backend needs of its launcher (None: any launcher will do)."""
+        return cls.launcher_needs.get(point.backend)
+
+    @classmethod
+    def check_launcher(
+        cls, point: Point, launcher: LauncherKind, launchers: Iterable[LauncherKind]
+    ) -> Iterable[Problem]:
+        """The problem of starting the point's ranks with `launcher` (the point's), if its
+        backend needs what that launcher does not give; the allowed ones are those of
+        `launchers` (every registered one) that give it. Called by the planning, which sees
+        both."""
+        need = cls.launcher_need(point)
+        if need is None or need.accepts(launcher):
+            return
+        allowed = [la.name for la in launchers if need.accepts(la)]
+        yield (
+            need.field,
+            f"{cls.name} {point.backend} needs {need.launchers} ({need.why}): {point.launcher!r} is not one",
+            ", ".join(allowed) or "none is registered",
+        )
+
+    @classmethod
     def unavailable(cls, backend: str) -> str | None:
         """Why `backend` cannot run in this interpreter (a module that fails to import), or None."""
         return import_error((*cls.requires, *cls.backend_requires.get(backend, ())))
@@ -77,30 +179,94 @@ class Framework(ABC):
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         """Initialise the distributed backend. `comm` is the MPI communicator, if any."""
 
+    @staticmethod
+    def init_timeout_s() -> float:
+        """How long a backend may take to bring its ranks together (`HPCBENCH_INIT_TIMEOUT_S`)."""
+        return float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", INIT_TIMEOUT_S))
+
+    def mpi_ranks(self, point: Point, comm: Comm | None) -> Comm:
+        """`comm`, which must be MPI's: the guard of a backend that needs ranks an MPI launcher
+        started (planning refuses other launchers; this catches ranks that came up without MPI)."""
+        if comm is None or comm.mpi_comm is None:
+            need = self.launcher_need(point)
+            why = f" ({need.why})" if need is not None else ""
+            raise HpcbenchError(
+                f"{self.name} {point.backend} needs ranks started by an MPI launcher{why}: "
+                f"these ranks, started by {point.launcher!r}, have no MPI"
+            )
+        return comm
+
     def bookkeeping_comm(self) -> Comm | None:
         """Collectives for the store when the job has no MPI (e.g. under torchrun)."""
         return None
 
     @abstractmethod
     def build(self, point: Point) -> None:
-        """Model, optimizer and data for this rank."""
+        """Model, optimizer and data (`load_data`) for this rank."""
+
+    def load_data(self, point: Point, model: zoo.Model, rank: int, size: int) -> data.Shard:
+        """This rank's shard of the point's dataset, shaped for `model`, and its batches (in
+        `build`); returns the shard (`prepare_split` applied)."""
+        shard = shard_for(point, model, rank, size)
+        shard = data.Shard(self.prepare_split(shard.train), self.prepare_split(shard.test), shard.classes)
+        batches = data.Batches(shard.train, point.batch_size, point.seed, rank, point.dataset != "synthetic")
+        self._data = RankData(shard, batches, point.batch_size, bool(model.classes))
+        return shard
+
+    def prepare_split(self, split: data.Split) -> data.Split:
+        """A split as this framework's steps read it, made once (default: as loaded, NCHW)."""
+        return split
+
+    @property
+    def rank_data(self) -> RankData:
+        if self._data is None:
+            raise HpcbenchError(f"{self.name}: no data before build()")
+        return self._data
+
+    @property
+    def batches(self) -> data.Batches:
+        """The training batches of this rank's shard (after `build`)."""
+        return self.rank_data.batches
 
     @abstractmethod
     def step(self, rec: Recorder) -> Any:
         """One training iteration, marking phase ends on `rec`. Returns the loss (any scalar-like)."""
 
     def steps_per_epoch(self) -> int:
-        """Training iterations in one epoch of this rank's shard (after `build`)."""
-        return 1
+        """Training iterations in one epoch of this rank's shard (after `build`); 1 without data."""
+        return self._data.batches.steps_per_epoch if self._data is not None else 1
 
     def parameter_checksum(self) -> float:
         """`checksum` of the model's weights (after `build`); NaN if not available."""
         return float("nan")
 
     def evaluate(self) -> Evaluation | None:
-        """Test this rank's held-out shard with the current weights (no timing: the worker
-        times the call). None: this framework does not evaluate."""
-        return None
+        """Test this rank's held-out shard with the current weights, batch by batch
+        (`evaluate_batch`, inside `evaluating`; no timing: the worker times the call). None:
+        this framework has no data to test (it loaded none)."""
+        if self._data is None:
+            return None
+        test, classifies = self._data.shard.test, self._data.classifies
+        correct = total = 0
+        loss_sum = 0.0
+        with self.evaluating():
+            for x, y in data.eval_batches(test, self._data.eval_batch):
+                batch_loss, batch_correct = self.evaluate_batch(x, y)
+                loss_sum += batch_loss
+                if classifies:
+                    correct += batch_correct
+                    total += len(y)
+        return Evaluation(correct, total, loss_sum / max(len(test), 1))
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
+        """Around the test pass: the model out of training (no dropout, running statistics)."""
+        yield
+
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        """One test batch: (its loss summed over its samples, its correctly classified
+        samples; 0 for a model that is not a classifier)."""
+        raise NotImplementedError(f"{self.name} loads data but does not evaluate a batch")
 
     def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
         """The phase recorder for this framework and device (CPU clock by default)."""
@@ -132,17 +298,16 @@ class Framework(ABC):
         """Release the distributed backend."""
 
 
-def cpu_mpi_problems(point: Point, name: str, device_why: str) -> Iterable[Problem]:
-    """What a framework that runs on the CPU and exchanges gradients through mpi4py refuses:
-    another device (`device_why` says why), a launcher without MPI, any `extra` setting."""
+def cpu_problems(point: Point, name: str, device_why: str) -> Iterable[Problem]:
+    """What a framework that runs on the CPU only and has no settings refuses: another device
+    (`device_why` says why), any `extra` setting."""
     if point.device != "cpu":
         yield "device", device_why, "cpu"
-    if point.launcher not in MPI_LAUNCHERS:
-        yield (
-            "launcher",
-            f"{name} exchanges gradients over MPI: {point.launcher!r} gives none",
-            ", ".join(MPI_LAUNCHERS),
-        )
+    yield from no_settings(point, name)
+
+
+def no_settings(point: Point, name: str) -> Iterable[Problem]:
+    """Every `extra` setting: a framework without settings refuses them."""
     for key in dict(point.extra):
         yield "extra", f"{key!r} is not a {name} setting", "none"
 

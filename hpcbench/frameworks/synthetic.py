@@ -19,22 +19,25 @@ Settings come from the point's `extra`:
   Ranks that arrive early wait in it for the last one, as in synchronous training. Buffers
   are allocated once, in `build`; `comm_s`, when also set, is waited before the messages.
   Without MPI (one rank, or a launcher without it) there is nothing to exchange with and
-  the setting is refused when the point is planned for more than one rank.
+  the setting is refused when the point is planned for more than one rank (the launcher
+  must be an MPI one: `launcher_need`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
-from hpcbench.frameworks.base import FRAMEWORKS, MPI_LAUNCHERS, Framework, Problem
+from hpcbench.frameworks._mpi import TimedAllreduce
+from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
 from hpcbench.store.schema import COMPUTE_PHASES, PHASES
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
 
 SPIN_S = 0.002  # sleep until this close to the deadline, then spin: sleep alone overshoots
@@ -73,6 +76,8 @@ class SyntheticFramework(Framework):
     requires = ()
     backends = ("none",)
     models = ("sleep",)
+    # its messages, when it sends any, are blocking all-reduces timed as they run: the defaults
+    traits: ClassVar[Mapping[str, Traits]] = {"none": Traits()}
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
@@ -85,10 +90,14 @@ class SyntheticFramework(Framework):
         slow = extra.get("slow_rank")
         if isinstance(slow, int) and not isinstance(slow, bool) and slow >= point.ranks:
             yield "extra", f"slow_rank: {slow} is not a rank of a {point.ranks}-rank point", f"0..{point.ranks - 1}"
-        if "comm_bytes" in extra and point.ranks > 1 and point.launcher not in MPI_LAUNCHERS:
-            yield "extra", f"comm_bytes needs MPI between the ranks; {point.launcher!r} gives none", "mpirun, srun"
         if "comm_tensors" in extra and "comm_bytes" not in extra:
             yield "extra", "comm_tensors without comm_bytes sends nothing", "set comm_bytes too"
+
+    @classmethod
+    def launcher_need(cls, point: Point) -> LauncherNeed | None:
+        if "comm_bytes" in dict(point.extra) and point.ranks > 1:
+            return LauncherNeed("comm_bytes all-reduces buffers between the ranks over MPI", field="extra")
+        return None
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         extra = dict(point.extra)
@@ -98,41 +107,21 @@ class SyntheticFramework(Framework):
             (getattr(Phase, p.upper()), float(extra.get(f"{p}_s", 0.0)) * scale * (slow if p in COMPUTE_PHASES else 1))
             for p in PHASES
         ]
-        self._mpi = comm.mpi_comm if comm is not None and comm.size > 1 else None
+        self._allreduce = TimedAllreduce(comm.mpi_comm if comm is not None and comm.size > 1 else None)
         self._bytes = int(extra.get("comm_bytes", 0))
         self._tensors = int(extra.get("comm_tensors", 1)) if self._bytes else 0
 
     def build(self, point: Point) -> None:
         n = max(1, self._bytes // 4)
-        # (send, receive, tensor name) per all-reduce, allocated once
-        self._buffers = [
-            (np.ones(n, dtype=np.float32), np.empty(n, dtype=np.float32), f"tensor{k}") for k in range(self._tensors)
-        ]
-        self._nbytes = n * 4
-
-    def _exchange(self, rec: Recorder) -> None:
-        """The all-reduces of one iteration, each recorded as a message (no allocation)."""
-        mpi, messages = self._mpi, rec.comm
-        iteration = rec.iteration
-        for send, recv, name in self._buffers:
-            t0 = time.perf_counter_ns()
-            slot = (
-                messages.begin(iteration, "allreduce", name, "float32", self._nbytes, t0)
-                if messages is not None
-                else -1
-            )
-            if mpi is not None:
-                mpi.Allreduce(send, recv)
-            t1 = time.perf_counter_ns()
-            if messages is not None:
-                messages.end(slot, t1)
-            rec.add_comm(t1 - t0)
+        # (tensor name, send buffer) and a receive buffer per all-reduce, allocated once
+        self._sends = [(f"tensor{k}", np.ones(n, dtype=np.float32)) for k in range(self._tensors)]
+        self._receives = [np.empty(n, dtype=np.float32) for _ in range(self._tensors)]
 
     def step(self, rec: Recorder) -> Any:
         for phase, seconds in self._plan:
             if phase == Phase.COMM and self._tensors:
                 hold(seconds)
-                self._exchange(rec)
+                self._allreduce.each(rec, self._sends, self._receives)
                 rec.mark(phase)
             elif seconds:  # a phase without work is not marked: it lasts 0 s, as in the other adapters
                 hold(seconds)

@@ -51,15 +51,19 @@ class Launcher(ABC):
     `tasks` says what a batch job runs (see executors/slurm/): "rank" - one Slurm task per
     rank, each running the worker (the launcher is Slurm itself); "node" - one task per
     node running `command`; "job" - `command` once, in the batch step, over the allocation.
-    `mpi` says whether its ranks find their peers through MPI_Init. `rank_env` reads the
-    variables it gives each rank; `detect_order` places it among the others when a process
-    does not know who started it (lower first: more specific variables before general ones,
-    e.g. torchrun's before Slurm's, which are set around it in a batch job).
+    `mpi` says whether its ranks find their peers through MPI_Init; `horovod`, whether it is
+    Horovod's own launcher (Horovod connects its ranks, with or without MPI): planning checks
+    what a framework's backend needs of its launcher against these two
+    (`Framework.launcher_needs`). `rank_env` reads the variables it gives each rank;
+    `detect_order` places it among the others when a process does not know who started it
+    (lower first: more specific variables before general ones, e.g. torchrun's before
+    Slurm's, which are set around it in a batch job).
     """
 
     name: ClassVar[str]
     tasks: ClassVar[Tasks] = "job"
     mpi: ClassVar[bool] = False
+    horovod: ClassVar[bool] = False  # Horovod's own launcher: Horovod connects its ranks
     detect_order: ClassVar[int] = 100
     requires: ClassVar[tuple[str, ...]] = ()  # Python modules it needs
     program: ClassVar[str | None] = None  # executable it needs on PATH

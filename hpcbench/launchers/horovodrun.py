@@ -17,6 +17,7 @@ class Horovodrun(Launcher):
     name = "horovodrun"
     requires = ("horovod",)
     program = "horovodrun"
+    horovod = True  # Horovod connects its ranks (its Gloo controller, or MPI)
     detect_order = 20
 
     @classmethod

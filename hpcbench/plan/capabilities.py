@@ -2,7 +2,7 @@
 
 Probes every framework x backend of the registry (`Framework.unavailable`), every launcher
 (its program on PATH, its modules), which launcher can start which framework x backend
-(`check_point` of both), parallel HDF5 (without it the ranks use the gather writer), whether
+(`plan.launch.check_point`), parallel HDF5 (without it the ranks use the gather writer), whether
 the MPI and HDF5 libraries loaded are the ones the environment was built against (its build
 record, hpcbench.rank.linkage), NVML and the BLAS libraries threadpoolctl sees.
 Each entry is "works" (error None, with a short detail) or the reason it does not.
@@ -214,6 +214,7 @@ def probe() -> Report:
     """Probe this interpreter (imports every framework it has)."""
     from hpcbench.frameworks import FRAMEWORKS
     from hpcbench.launchers import LAUNCHERS
+    from hpcbench.plan.launch import check_point
     from hpcbench.spec import Point
 
     nvml_item = _guarded(nvml)
@@ -234,7 +235,7 @@ def probe() -> Report:
         for backend in fw.backends:
             for la in LAUNCHERS:
                 point = Point(framework=fw.name, backend=backend, launcher=la.name, model=model, device=device)
-                problems = [p for p in (*fw.check_point(point), *la.check_point(point)) if p[0] != "model"]
+                problems = [p for p in check_point(point) if p[0] != "model"]
                 # The first reason: the framework does not import, the combination is not
                 # supported, or the launcher is missing.
                 error = frameworks[fw.name][backend]

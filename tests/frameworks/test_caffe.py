@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.frameworks import FRAMEWORKS
-from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
@@ -128,21 +126,3 @@ for name in zoo.NAMES:
         assert int(built) == int(expected), name
         assert shape_ok == "True", name
         assert loss_ok == ("True" if name in ("lenet", "autoencoder") else "-"), name
-
-
-def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
-    # The adapter module imports without Caffe: its checks run wherever a sweep is planned.
-    cls = FRAMEWORKS.get("caffe")
-    assert cls.backends == ("mpi",)
-    assert set(cls.models) == set(models.NAMES)
-
-    def problems(**fields: object) -> list[str]:
-        point = Point(**{"framework": "caffe", "backend": "mpi", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
-        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
-
-    assert problems() == []
-    assert problems(model="resnet50", launcher="srun", optimizer="momentum") == []
-    assert any(p.startswith("device") for p in problems(device="cuda"))
-    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
-    assert any(p.startswith("optimizer") for p in problems(optimizer="adam"))
-    assert any(p.startswith("extra") for p in problems(extra=(("engine", "cudnn"),)))

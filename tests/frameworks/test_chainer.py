@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from hpcbench.frameworks import FRAMEWORKS
-from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
@@ -112,21 +110,3 @@ for name in zoo.NAMES:
         assert int(built) == int(expected), name
         assert shape_ok in ("True", "-"), name
     assert sum(r[3] == "True" for r in rows) == 5
-
-
-def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
-    # The adapter module imports without Chainer: its checks run wherever a sweep is planned.
-    cls = FRAMEWORKS.get("chainer")
-    assert set(cls.backends) == {"naive", "pure_nccl"}
-    assert set(cls.models) == set(models.NAMES)
-
-    def problems(**fields: object) -> list[str]:
-        point = Point(**{"framework": "chainer", "backend": "naive", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
-        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
-
-    assert problems() == []
-    assert problems(backend="pure_nccl", device="cuda", launcher="srun") == []
-    assert any(p.startswith("backend") for p in problems(backend="pure_nccl"))
-    assert any(p.startswith("backend") for p in problems(device="cuda"))
-    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
-    assert any(p.startswith("extra") for p in problems(extra=(("double_buffering", True),)))

@@ -18,9 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.frameworks.jax import weights
-from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
@@ -292,23 +290,3 @@ def test_tree_layers_agree_with_a_numpy_reference() -> None:
     assert res.stdout.split("\n")[:-1] == [
         "reference train ok", "reference eval ok", "determinism ok", "batchnorm ok", "dropout ok",
     ]  # fmt: skip
-
-
-def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
-    # The adapter module imports without JAX: its checks run wherever a sweep is planned.
-    cls = FRAMEWORKS.get("jax")
-    assert set(cls.backends) == {"pmean", "pmean_fused"}
-    assert cls.models == models.NAMES  # every zoo model, BatchNorm, Dropout and branches included
-
-    def problems(**fields: object) -> list[str]:
-        point = Point(**{"framework": "jax", "backend": "pmean", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
-        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
-
-    assert problems() == []
-    assert problems(backend="pmean_fused", model="cifar10_quick", launcher="srun") == []
-    assert any(p.startswith("device") for p in problems(device="cuda"))
-    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
-    assert problems(model="resnet50") == problems(model="inception_v3", backend="pmean_fused") == []
-    assert any(p.startswith("model") for p in problems(model="alexnet", dataset="mnist", data_dir="/tmp"))  # too small
-    assert any(p.startswith("backend") for p in problems(backend="gloo"))
-    assert any(p.startswith("extra") for p in problems(extra=(("fused", True),)))

@@ -18,8 +18,6 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from hpcbench.analysis import resources
-from hpcbench.frameworks import FRAMEWORKS
-from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
@@ -172,23 +170,3 @@ for kind in ("horovod", "local", "device"):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "horovod refused: kvstore 'horovod' is refused: MXNet 1.9 returns a local store" in res.stdout
     assert "use backend 'horovod' (horovod.mxnet)" in res.stdout
-
-
-def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
-    # The adapter module imports without MXNet: its checks run wherever a sweep is planned.
-    cls = FRAMEWORKS.get("mxnet")
-    assert set(cls.backends) == {"dist_sync", "dist_async", "horovod"}
-    assert set(cls.models) == set(models.NAMES)
-
-    def problems(**fields: object) -> list[str]:
-        point = Point(**{"framework": "mxnet", "backend": "dist_sync", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
-        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
-
-    assert problems() == []
-    assert problems(extra=(("servers", 2),)) == []
-    assert any("servers" in p for p in problems(extra=(("servers", 3),)))
-    assert any("'kvstore' is not" in p for p in problems(extra=(("kvstore", "horovod"),)))
-    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
-    assert any(p.startswith("launcher") for p in problems(launcher="horovodrun"))
-    assert problems(backend="horovod", launcher="horovodrun") == []
-    assert any(p.startswith("backend") for p in problems(backend="kvstore"))

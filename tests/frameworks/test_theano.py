@@ -17,9 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.frameworks.jax import weights
-from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
@@ -225,24 +223,3 @@ for m in [zoo.model(name) for name in zoo.NAMES] + [TINY]:
         assert int(built) == int(expected), name
         assert shape_ok == ("True" if name in SHAPED else "-"), name
         assert agree == ("True" if name in ("lenet", "tiny") else "-"), name
-
-
-def test_points_the_adapter_cannot_run_are_refused_at_planning() -> None:
-    # The adapter module imports without Theano or PyTensor: its checks run wherever a sweep is planned.
-    cls = FRAMEWORKS.get("theano")
-    assert cls.backends == ("mpi",)
-    assert set(cls.models) == set(models.NAMES)
-
-    def problems(**fields: object) -> list[str]:
-        point = Point(**{"framework": "theano", "backend": "mpi", "ranks_per_node": 2, **fields})  # type: ignore[arg-type]
-        return [f"{field}: {what}" for field, what, _ in cls.check_point(point)]
-
-    assert problems() == []
-    assert problems(model="cifar10_quick", launcher="srun") == []
-    assert problems(model="alexnet") == problems(model="inception_v3", env="legacy") == []
-    assert problems(model="alexnet", env="modern") == []
-    for big in ("googlenet", "resnet50", "inception_v3"):  # PyTensor's Numba compile: over 20 minutes
-        assert any(p.startswith("model") and "Numba" in p for p in problems(model=big, env="modern")), big
-    assert any(p.startswith("device") for p in problems(device="cuda"))
-    assert any(p.startswith("launcher") for p in problems(launcher="torchrun"))
-    assert any(p.startswith("extra") for p in problems(extra=(("library", "theano"),)))

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 
 from hpcbench.analysis.model import fit
+from hpcbench.frameworks import FRAMEWORKS
+from hpcbench.launchers import LAUNCHERS
 from hpcbench.plan import envs
+from hpcbench.store import schema
 from hpcbench.store.reader import PointData
+from hpcbench.store.traits import Traits
 from hpcbench.testing.datasets import make_mnist
 from hpcbench.workloads import zoo as models
 from tests.conftest import run_module, run_sweep, spec_text
@@ -40,6 +46,20 @@ def check_exchange(data: PointData) -> None:
     assert (ev["total"] > 0).all() and (ev["test_time_s"] > 0).all()
 
 
+def declared_traits(data: PointData) -> Traits:
+    """The traits the point's backend declares, with its launcher's `mpi`."""
+    launcher = LAUNCHERS.get(data.point.launcher)
+    return FRAMEWORKS.get(data.point.framework).traits_of(data.point.backend).with_launcher(mpi=launcher.mpi)
+
+
+def recorded_traits(data: PointData) -> Traits:
+    """The traits as the ranks wrote them into the file (not as the reader fills them in for
+    files written before they were recorded)."""
+    with h5py.File(data.path, "r") as f:
+        raw = f[schema.PROVENANCE].attrs["traits"]
+    return Traits.from_mapping(json.loads(raw.decode() if isinstance(raw, bytes) else raw))
+
+
 def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:
     text = spec_text("torch", {"backend": ["gloo", "mpi"]}, ranks_per_node=2, model="cifar10_quick")
     points = run_sweep(write_spec, tmp_path / "sweep", text)
@@ -58,8 +78,27 @@ def test_gloo_and_mpi_exchange_every_gradient_and_agree(write_spec: Callable[...
     # Where a message's end is seen: DDP's callback, when the backend completed the bucket; the
     # MPI exchange's wait once backward is over, so no end comes before its rank's backward ended.
     assert {p.point.backend: p.provenance["comm_end"] for p in points} == {"gloo": "completion", "mpi": "wait"}
+    # Each point file carries its backend's declared traits: DDP's buckets, MPI's exchange.
+    for data in points:
+        assert recorded_traits(data) == data.traits == declared_traits(data), data.point.backend
+    assert by_traits(points) == {"gloo": ("buckets", False), "mpi": ("per_tensor", True)}
     comm, began = by_backend["mpi"], fit.wait_starts(next(p for p in points if p.point.backend == "mpi").iterations)
     assert (comm["t_end"] >= began[comm["rank"], comm["iteration"]] - 1e-6).all()
+
+
+def by_traits(points: list[PointData]) -> dict[str, tuple[str, bool]]:
+    return {p.point.backend: (p.traits.grouping, p.traits.mpi_exchange) for p in points}
+
+
+def test_the_launchers_part_of_the_traits_is_whether_it_starts_mpi_ranks(
+    write_spec: Callable[..., Path], tmp_path: Path
+) -> None:
+    text = spec_text("traits", {"launcher": ["mpirun", "torchrun"]}, ranks_per_node=2, iterations=2, warmup=1)
+    points = run_sweep(write_spec, tmp_path / "sweep", text)
+    for data in points:
+        assert recorded_traits(data) == data.traits == declared_traits(data), data.point.launcher
+        assert data.traits.grouping == "buckets" and data.traits.sleeping_wait and data.traits.momentum == 0.9
+    assert {p.point.launcher: p.traits.launcher_mpi for p in points} == {"mpirun": True, "torchrun": False}
 
 
 def test_a_separable_task_trains_past_90_percent(write_spec: Callable[..., Path], tmp_path: Path) -> None:
@@ -120,3 +159,6 @@ def test_horovod_exchanges_every_gradient_on_every_rank(
     assert data.provenance["horovod"] == "0.28.1"
     assert data.provenance["torch_exchange"] == "horovod"
     assert data.provenance["comm_end"] == "wait"
+    assert recorded_traits(data) == declared_traits(data)
+    assert data.traits.grouping == "fusion" and data.traits.background_thread
+    assert data.traits.launcher_mpi == (launcher == "mpirun")

@@ -30,49 +30,37 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import (
-    FRAMEWORKS,
-    Evaluation,
-    Framework,
-    Problem,
-    checksum,
-    cpu_mpi_problems,
-    model_for,
-    shard_for,
-)
+from hpcbench.frameworks._mpi import HostMPIFramework
+from hpcbench.frameworks.base import FRAMEWORKS, Problem, checksum, model_for
 from hpcbench.frameworks.caffe import prototxt
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
-from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 OPTIMIZERS = ("sgd", "momentum")
-MOMENTUM = 0.9
 BLOB_NAMES = ("weight", "bias")
 
 
 @FRAMEWORKS.register
-class CaffeFramework(Framework):
+class CaffeFramework(HostMPIFramework):
     name = "caffe"
     requires = ("caffe", "mpi4py")
-    backends = ("mpi",)
-    models = zoo.NAMES
-    datasets = data.NAMES
+    traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
+    cpu_only = "the caffe environment's Caffe is a CPU build"
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        yield from cpu_mpi_problems(point, "caffe", "the caffe environment's Caffe is a CPU build")
         if point.optimizer not in OPTIMIZERS:
             yield (
                 "optimizer",
@@ -82,19 +70,13 @@ class CaffeFramework(Framework):
             )
 
     def __init__(self) -> None:
-        self._rank, self._size = 0, 1
-        self._mpi: Any = None
         self._dir: Path | None = None
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        if comm is None or comm.mpi_comm is None:
-            raise HpcbenchError("caffe needs ranks started by an MPI launcher (mpirun, srun)")
+        self.join(point, renv, comm)
         import caffe
-        from mpi4py import MPI
 
         caffe.set_mode_cpu()
-        self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
-        self._in_place, self._sum = MPI.IN_PLACE, MPI.SUM
 
     def build(self, point: Point) -> None:
         import caffe
@@ -106,7 +88,7 @@ class CaffeFramework(Framework):
         net_path = folder / "net.prototxt"
         net_path.write_text(text.text)
         solver_path = folder / "solver.prototxt"
-        solver_path.write_text(prototxt.solver(str(net_path), point.optimizer, point.lr, MOMENTUM, point.seed))
+        solver_path.write_text(prototxt.solver(str(net_path), point.optimizer, point.lr, self.momentum, point.seed))
         self.solver = caffe.SGDSolver(str(solver_path))
         net = self.net = self.solver.net
         kinds = [(name, layer.type) for name, layer in net.layer_dict.items()]
@@ -121,37 +103,19 @@ class CaffeFramework(Framework):
                 f"caffe built {built} parameters for {model.name}, the zoo counts {zoo.count_parameters(model)}"
             )
         for _, blob in self._learnt:
-            self._mpi.Bcast(blob.data, root=0)
+            self.mpi.Bcast(blob.data, root=0)
         self.test_net = caffe.Net(str(net_path), caffe.TEST)
         self.test_net.share_with(net)
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        shuffle = point.dataset != "synthetic"
-        self._batches = data.Batches(shard.train, point.batch_size, point.seed, self._rank, shuffle)
-        self._eval_batch = point.batch_size
-
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
+        self.load_data(point, model, self.rank, self.size)
 
     def _exchange(self, rec: Recorder) -> None:
         """Every learnt blob's gradient summed over the ranks in place, last layer first, each
         timed; then averaged."""
-        comm, iteration, mpi = rec.comm, rec.iteration, self._mpi
-        for name, blob in reversed(self._learnt):
-            diff = blob.diff
-            t0 = time.perf_counter_ns()
-            slot = comm.begin(iteration, "allreduce", name, "float32", diff.nbytes, t0) if comm is not None else -1
-            mpi.Allreduce(self._in_place, diff, op=self._sum)
-            t1 = time.perf_counter_ns()
-            if comm is not None:
-                comm.end(slot, t1)
-            rec.add_comm(t1 - t0)
-        scale = np.float32(1.0 / self._size)
-        for _, blob in self._learnt:
-            blob.diff[...] *= scale
+        self.allreduce.average(rec, [(name, blob.diff) for name, blob in reversed(self._learnt)])
 
     def step(self, rec: Recorder) -> Any:
         net = self.net
-        x, y = self._batches.next()
+        x, y = self.batches.next()
         net.blobs[prototxt.DATA].data[...] = x
         if self._model.classes:
             net.blobs[prototxt.LABEL].data[...] = y
@@ -167,24 +131,18 @@ class CaffeFramework(Framework):
         rec.mark(Phase.UPDATE)
         return loss
 
-    def evaluate(self) -> Evaluation:
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         net, classes = self.test_net, self._model.classes
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            if net.blobs[prototxt.DATA].data.shape[0] != len(x):
-                net.blobs[prototxt.DATA].reshape(len(x), *x.shape[1:])
-                if classes:
-                    net.blobs[prototxt.LABEL].reshape(len(x))
-                net.reshape()
-            net.blobs[prototxt.DATA].data[...] = x
+        if net.blobs[prototxt.DATA].data.shape[0] != len(x):
+            net.blobs[prototxt.DATA].reshape(len(x), *x.shape[1:])
             if classes:
-                net.blobs[prototxt.LABEL].data[...] = y
-            loss_sum += float(net.forward()[prototxt.LOSS]) * self._loss_weight * len(x)
-            if classes:
-                correct += int((net.blobs[self._output].data.argmax(axis=1) == y).sum())
-                total += len(y)
-        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+                net.blobs[prototxt.LABEL].reshape(len(x))
+            net.reshape()
+        net.blobs[prototxt.DATA].data[...] = x
+        if classes:
+            net.blobs[prototxt.LABEL].data[...] = y
+        loss = float(net.forward()[prototxt.LOSS]) * self._loss_weight * len(x)
+        return loss, int((net.blobs[self._output].data.argmax(axis=1) == y).sum()) if classes else 0
 
     def parameter_checksum(self) -> float:
         return checksum(blob.data for _, blob in self._learnt)

@@ -24,34 +24,27 @@ registered in interpreters without it.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import (
-    FRAMEWORKS,
-    MPI_LAUNCHERS,
-    Evaluation,
-    Framework,
-    Problem,
-    checksum,
-    model_for,
-    shard_for,
-)
+from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for, no_settings
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MOMENTUM = 0.9
 MODULES = ("chainer", "chainermn", "mpi4py")
+_CHAINERMN = LauncherNeed("ChainerMN communicates over MPI")
 
 
 def import_chainer() -> Any:
@@ -88,18 +81,20 @@ class ChainerFramework(Framework):
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"pure_nccl": ("cupy",)}
     models = zoo.NAMES
     datasets = data.NAMES
+    traits: ClassVar[Mapping[str, Traits]] = {
+        "naive": Traits(mpi_exchange=True),  # one mpi4py all-reduce per parameter, after backward
+        "pure_nccl": Traits(grouping="one_message"),  # every gradient packed into one NCCL all-reduce
+    }
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {"naive": _CHAINERMN, "pure_nccl": _CHAINERMN}
+    backend_devices: ClassVar[Mapping[str, tuple[str, str, str]]] = {
+        "pure_nccl": ("cuda", "pure_nccl needs device: cuda", "naive on cpu; pure_nccl on cuda"),
+        "naive": ("cpu", "naive exchanges host memory: device cuda is not supported", "pure_nccl on cuda"),
+    }
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        if point.backend == "pure_nccl" and point.device != "cuda":
-            yield "backend", "pure_nccl needs device: cuda", "naive on cpu; pure_nccl on cuda"
-        if point.backend == "naive" and point.device != "cpu":
-            yield "backend", "naive exchanges host memory: device cuda is not supported", "pure_nccl on cuda"
-        if point.launcher not in MPI_LAUNCHERS:
-            yield "launcher", f"ChainerMN communicates over MPI: {point.launcher!r} gives none", "mpirun, srun"
-        for key in dict(point.extra):
-            yield "extra", f"{key!r} is not a chainer setting", "none"
+        yield from no_settings(point, "chainer")
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:
@@ -115,14 +110,13 @@ class ChainerFramework(Framework):
         self._backend = ""
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        if comm is None or comm.mpi_comm is None:
-            raise HpcbenchError("chainer needs ranks started by an MPI launcher (mpirun, srun): ChainerMN uses MPI")
+        mpi = self.mpi_ranks(point, comm).mpi_comm
         import_chainer()
         import chainermn
 
         self._rank, self._size, self._local_rank = renv.rank, renv.size, renv.local_rank
         self._backend = point.backend
-        self._communicator = chainermn.create_communicator(point.backend, mpi_comm=comm.mpi_comm)
+        self._communicator = chainermn.create_communicator(point.backend, mpi_comm=mpi)
         if self._communicator.size != renv.size or self._communicator.rank != renv.rank:
             raise HpcbenchError(
                 f"ChainerMN sees rank {self._communicator.rank} of {self._communicator.size}, "
@@ -152,7 +146,7 @@ class ChainerFramework(Framework):
         if point.optimizer == "adam":
             actual = chainer.optimizers.Adam(alpha=point.lr)
         elif point.optimizer == "momentum":
-            actual = chainer.optimizers.MomentumSGD(lr=point.lr, momentum=MOMENTUM)
+            actual = chainer.optimizers.MomentumSGD(lr=point.lr, momentum=self.momentum)
         else:
             actual = chainer.optimizers.SGD(lr=point.lr)
         self.optimizer = chainermn.create_multi_node_optimizer(actual, self._communicator)
@@ -163,18 +157,12 @@ class ChainerFramework(Framework):
             self._loss = F.softmax_cross_entropy
         else:
             self._loss = lambda out, x: F.mean_squared_error(out, F.reshape(x, (x.shape[0], -1)))
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        shuffle = point.dataset != "synthetic"
-        self._batches = data.Batches(shard.train, point.batch_size, point.seed, self._rank, shuffle)
-        self._eval_batch = point.batch_size
-
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
+        self.load_data(point, model, self._rank, self._size)
 
     def step(self, rec: Recorder) -> Any:
         import chainer
 
-        x, y = self._batches.next()
+        x, y = self.batches.next()
         rec.mark(Phase.DATA)
         if self._xp is not np:
             x, y = self._xp.asarray(x), self._xp.asarray(y)
@@ -190,22 +178,20 @@ class ChainerFramework(Framework):
         rec.mark(Phase.UPDATE)
         return float(chainer.backends.cuda.to_cpu(loss.array))
 
-    def evaluate(self) -> Evaluation:
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
         import chainer
+
+        with chainer.using_config("train", False), chainer.no_backprop_mode():
+            yield
+
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         from chainer.backends import cuda
 
-        correct = total = 0
-        loss_sum = 0.0
-        with chainer.using_config("train", False), chainer.no_backprop_mode():
-            for xb, yb in data.eval_batches(self._shard.test, self._eval_batch):
-                x, y = self._xp.asarray(xb), self._xp.asarray(yb)
-                out = self.net(x)
-                loss = self._loss(out, y if self._model.classes else x)
-                loss_sum += float(cuda.to_cpu(loss.array)) * len(yb)
-                if self._model.classes:
-                    correct += int((cuda.to_cpu(out.array).argmax(axis=1) == yb).sum())
-                    total += len(yb)
-        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+        xs, ys = self._xp.asarray(x), self._xp.asarray(y)
+        out = self.net(xs)
+        loss = float(cuda.to_cpu(self._loss(out, ys if self._model.classes else xs).array)) * len(y)
+        return loss, int((cuda.to_cpu(out.array).argmax(axis=1) == y).sum()) if self._model.classes else 0
 
     def parameter_checksum(self) -> float:
         from chainer.backends import cuda

@@ -26,47 +26,32 @@ Parameter counts are checked against the zoo's: a network that differs is an err
 from __future__ import annotations
 
 import subprocess
-import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError, one_line
-from hpcbench.frameworks.base import (
-    FRAMEWORKS,
-    Evaluation,
-    Framework,
-    Problem,
-    checksum,
-    cpu_mpi_problems,
-    model_for,
-    shard_for,
-)
+from hpcbench.frameworks._mpi import HostMPIFramework
+from hpcbench.frameworks.base import FRAMEWORKS, checksum, model_for
 from hpcbench.frameworks.cntk import bridge
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
-from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 _PROBE = "import warnings; warnings.simplefilter('ignore'); import cntk; print(cntk.__version__)"
 
 
 @FRAMEWORKS.register
-class CntkFramework(Framework):
+class CntkFramework(HostMPIFramework):
     name = "cntk"
     requires = ("mpi4py",)
-    backends = ("mpi",)
-    models = zoo.NAMES
-    datasets = data.NAMES
-
-    @classmethod
-    def check_point(cls, point: Point) -> Iterable[Problem]:
-        yield from super().check_point(point)
-        yield from cpu_mpi_problems(point, "cntk", "cntk runs on the CPU here (gradients exchanged from host memory)")
+    traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
+    cpu_only = "cntk runs on the CPU here (gradients exchanged from host memory)"
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:
@@ -88,19 +73,12 @@ class CntkFramework(Framework):
         return None
 
     def __init__(self) -> None:
-        self._rank, self._size = 0, 1
-        self._mpi: Any = None
         self._child: bridge.Child | None = None
         self._shared: bridge.Shared | None = None
         self._version = ""
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        if comm is None or comm.mpi_comm is None:
-            raise HpcbenchError("cntk needs ranks started by an MPI launcher (mpirun, srun)")
-        from mpi4py import MPI
-
-        self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
-        self._in_place, self._sum = MPI.IN_PLACE, MPI.SUM
+        self.join(point, renv, comm)
         self._child = bridge.Child(bridge.interpreter())
 
     def build(self, point: Point) -> None:
@@ -108,7 +86,7 @@ class CntkFramework(Framework):
         model = self._model = model_for(point)
         reply = child.call(
             "build", model=bridge.describe(model), optimizer=point.optimizer, lr=point.lr, seed=point.seed,
-            batch=point.batch_size,
+            batch=point.batch_size, momentum=self.momentum,
         )  # fmt: skip
         self._version = str(reply["version"])
         params = [(str(name), tuple(int(d) for d in shape)) for name, shape in reply["params"]]
@@ -119,16 +97,13 @@ class CntkFramework(Framework):
                 f"CNTK built {model.name} with {sum(sizes)} parameters, the model description has "
                 f"{zoo.count_parameters(model)}"
             )
-        shared = self._shared = bridge.Shared(bridge.Layout(sizes, point.batch_size, model.input), self._rank)
+        shared = self._shared = bridge.Shared(bridge.Layout(sizes, point.batch_size, model.input), self.rank)
         child.call("attach", path=str(shared.path), batch=point.batch_size)
         child.call("get")
-        self._mpi.Bcast(shared.weights_flat, root=0)  # every rank starts from rank 0's weights
+        self.mpi.Bcast(shared.weights_flat, root=0)  # every rank starts from rank 0's weights
         child.call("set")
 
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        shuffle = point.dataset != "synthetic"
-        self._batches = data.Batches(shard.train, point.batch_size, point.seed, self._rank, shuffle)
-        self._eval_batch = point.batch_size
+        self.load_data(point, model, self.rank, self.size)
 
     def _require_child(self) -> bridge.Child:
         if self._child is None:
@@ -140,28 +115,14 @@ class CntkFramework(Framework):
             raise HpcbenchError("cntk: step before build")
         return self._shared
 
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
-
     def _exchange(self, rec: Recorder, grads: list[np.ndarray]) -> None:
         """Every gradient summed over the ranks in place, last layer first, each timed; then averaged."""
-        comm, iteration, mpi = rec.comm, rec.iteration, self._mpi
-        for i in reversed(range(len(grads))):
-            g = grads[i]
-            t0 = time.perf_counter_ns()
-            slot = (
-                comm.begin(iteration, "allreduce", self._names[i], "float32", g.nbytes, t0) if comm is not None else -1
-            )
-            mpi.Allreduce(self._in_place, g, op=self._sum)
-            t1 = time.perf_counter_ns()
-            if comm is not None:
-                comm.end(slot, t1)
-            rec.add_comm(t1 - t0)
-        self._require_shared().grads_flat *= np.float32(1.0 / self._size)
+        self.allreduce.each(rec, [(self._names[i], grads[i]) for i in reversed(range(len(grads)))])
+        self.allreduce.scale([self._require_shared().grads_flat])
 
     def step(self, rec: Recorder) -> Any:
         child, shared = self._require_child(), self._require_shared()
-        n = shared.put(*self._batches.next())
+        n = shared.put(*self.batches.next())
         rec.mark(Phase.DATA)
         loss = child.call("fwd", n=n)["loss"]
         rec.mark(Phase.FORWARD)
@@ -173,17 +134,9 @@ class CntkFramework(Framework):
         rec.mark(Phase.UPDATE)
         return float(loss)
 
-    def evaluate(self) -> Evaluation:
-        child, shared = self._require_child(), self._require_shared()
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            reply = child.call("eval", n=shared.put(x, y))
-            loss_sum += float(reply["loss_sum"])
-            if self._model.classes:
-                correct += int(reply["correct"])
-                total += len(y)
-        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        reply = self._require_child().call("eval", n=self._require_shared().put(x, y))
+        return float(reply["loss_sum"]), int(reply["correct"]) if self._model.classes else 0
 
     def parameter_checksum(self) -> float:
         shared = self._require_shared()

@@ -7,7 +7,8 @@ by hpcbench: it is Python 3.6 code (no dataclasses, no `from __future__ import a
 CMD_FD and writes one JSON reply per line to REPLY_FD; the arrays travel through one shared
 memory file (`bridge.Layout`): weights, gradients, then a batch of inputs and labels.
 
-- build: the network from the zoo's description (`bridge.describe`) and a learner; replies
+- build: the network from the zoo's description (`bridge.describe`) and a learner (the
+  optimizer, its rate and the rank's momentum, `Framework.momentum`); replies
   with every parameter's name and shape, in the order of the shared arrays;
 - attach PATH BATCH: the shared memory file the rank made for those parameters;
 - fwd N: forward of the first N samples (training mode), kept for backward; the mean loss;
@@ -33,7 +34,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-MOMENTUM = 0.9
 ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
 
 
@@ -141,13 +141,13 @@ def _pool(spec: Dict[str, Any], x: Any) -> Any:
     return C.pooling(x, op, (k, k), strides=(s, s), auto_padding=[False])
 
 
-def _learner(kind: str, lr: float, params: List[Any]) -> Any:
+def _learner(kind: str, lr: float, momentum: float, params: List[Any]) -> Any:
     rate = C.learning_parameter_schedule(lr)
     if kind == "adam":
         b1, b2, eps = ADAM
         return C.adam(params, rate, C.momentum_schedule(b1), variance_momentum=C.momentum_schedule(b2), epsilon=eps)
     if kind == "momentum":  # v = m·v + g; w -= lr·v (not CNTK's default unit-gain form)
-        return C.momentum_sgd(params, rate, C.momentum_schedule(MOMENTUM), unit_gain=False)
+        return C.momentum_sgd(params, rate, C.momentum_schedule(momentum), unit_gain=False)
     return C.sgd(params, rate)
 
 
@@ -170,7 +170,7 @@ class Session:
             flat = C.reshape(self.x, (int(np.prod(shape)),))
             self.loss = C.reduce_mean(C.square(self.z - flat), axis=0)
         self.both = C.combine([self.loss.output, self.z.output])
-        self.learner = _learner(cmd["optimizer"], cmd["lr"], self.params)
+        self.learner = _learner(cmd["optimizer"], cmd["lr"], cmd["momentum"], self.params)
         self.offsets = [0]
         for p in self.params:
             self.offsets.append(self.offsets[-1] + int(np.prod(p.shape)))

@@ -39,21 +39,21 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import (
+    ADAM,
     FRAMEWORKS,
-    MPI_LAUNCHERS,
-    Evaluation,
     Framework,
+    LauncherNeed,
     Problem,
     checksum,
+    cpu_problems,
     model_for,
-    shard_for,
 )
 from hpcbench.frameworks.jax import weights as jax_weights
 from hpcbench.rank.collectives import Comm
@@ -61,12 +61,12 @@ from hpcbench.rank.env import RankEnv
 from hpcbench.rank.net import free_port
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MOMENTUM = 0.9
-ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
+_COORDINATOR = LauncherNeed("the coordinator's address is agreed over MPI")
 
 
 @FRAMEWORKS.register
@@ -76,17 +76,18 @@ class JaxFramework(Framework):
     backends = ("pmean", "pmean_fused")
     models = zoo.NAMES
     datasets = data.NAMES
+    # every message's collective is a program of its own, which waits for the process's
+    # runtime threads; waiting ranks sleep in the CPU collectives (Gloo)
+    traits: ClassVar[Mapping[str, Traits]] = {
+        "pmean": Traits(sleeping_wait=True, waits_per_message=True),
+        "pmean_fused": Traits(grouping="one_message", sleeping_wait=True, waits_per_message=True),
+    }
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {"pmean": _COORDINATOR, "pmean_fused": _COORDINATOR}
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        if point.device != "cpu":
-            yield "device", "jax runs on the CPU here (JAX_PLATFORMS=cpu; no CUDA build of jaxlib)", "cpu"
-        if point.launcher not in MPI_LAUNCHERS:
-            why = "the coordinator's address is agreed over MPI"
-            yield "launcher", f"jax cannot run under {point.launcher!r}: {why}", ", ".join(MPI_LAUNCHERS)
-        for key in dict(point.extra):
-            yield "extra", f"{key!r} is not a jax setting", "none"
+        yield from cpu_problems(point, "jax", "jax runs on the CPU here (JAX_PLATFORMS=cpu; no CUDA build of jaxlib)")
 
     def __init__(self) -> None:
         self._rank, self._size = 0, 1
@@ -96,10 +97,7 @@ class JaxFramework(Framework):
         self._iteration = 0
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        if comm is None or comm.mpi_comm is None:
-            raise HpcbenchError(
-                "jax needs ranks started by an MPI launcher (mpirun, srun): the coordinator is agreed over MPI"
-            )
+        comm = self.mpi_ranks(point, comm)
         os.environ["JAX_PLATFORMS"] = "cpu"  # before jax is imported
         if point.threads == 1:
             flags = os.environ.get("XLA_FLAGS", "")
@@ -115,7 +113,7 @@ class JaxFramework(Framework):
                 self._coordinator = comm.bcast(f"{host}:{free_port()}")
             else:
                 self._coordinator = comm.bcast(None)
-            timeout = int(float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", "300")))
+            timeout = int(self.init_timeout_s())
             jax.distributed.initialize(self._coordinator, renv.size, renv.rank, initialization_timeout=timeout)
         if jax.process_count() != renv.size or jax.process_index() != renv.rank:
             raise HpcbenchError(
@@ -164,22 +162,15 @@ class JaxFramework(Framework):
 
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward)
-        self._update, state = _optimizer(point.optimizer, point.lr, self.weights)
+        self._update, state = _optimizer(point.optimizer, point.lr, self.momentum, self.weights)
         self._state = jax.device_put(state, device)
         self._evaluate = jax.jit(evaluate)
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        self._batches = data.Batches(
-            shard.train, point.batch_size, point.seed, self._rank, point.dataset != "synthetic"
-        )
-        self._eval_batch = point.batch_size
-
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
+        self.load_data(point, model, self._rank, self._size)
 
     def step(self, rec: Recorder) -> Any:
         import jax
 
-        x, y = self._batches.next()
+        x, y = self.batches.next()
         rec.mark(Phase.DATA)
         xd, yd = jax.device_put(x, self._device), jax.device_put(y, self._device)
         jax.block_until_ready((xd, yd))
@@ -198,17 +189,9 @@ class JaxFramework(Framework):
         rec.mark(Phase.UPDATE)
         return loss
 
-    def evaluate(self) -> Evaluation:
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            loss, out = self._evaluate(self.weights, self.bn_state, x, y)
-            loss_sum += float(loss) * len(y)
-            if self._model.classes:
-                out = np.asarray(out)
-                correct += int((out.argmax(axis=1) == y).sum())
-                total += len(y)
-        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        loss, out = self._evaluate(self.weights, self.bn_state, x, y)
+        return float(loss) * len(y), int((np.asarray(out).argmax(axis=1) == y).sum()) if self._model.classes else 0
 
     def parameter_checksum(self) -> float:
         """The learnt weights' checksum (not the BatchNorm running statistics: each rank's own)."""
@@ -246,7 +229,7 @@ class JaxFramework(Framework):
             jax.distributed.shutdown()
 
 
-def _optimizer(kind: str, lr: float, weights: list[Any]) -> tuple[Any, Any]:
+def _optimizer(kind: str, lr: float, momentum: float, weights: list[Any]) -> tuple[Any, Any]:
     """(compiled update(weights, state, grads) -> (weights, state), initial state)."""
     import jax
     import jax.numpy as jnp
@@ -271,11 +254,11 @@ def _optimizer(kind: str, lr: float, weights: list[Any]) -> tuple[Any, Any]:
         return jax.jit(adam), (zeros, [jnp.zeros_like(w) for w in weights], jnp.zeros((), jnp.float32))
     if kind == "momentum":
 
-        def momentum(w: Any, state: Any, grads: Any) -> Any:
-            velocity = [MOMENTUM * b + flat(g) for b, g in zip(state, grads, strict=True)]
+        def sgd_momentum(w: Any, state: Any, grads: Any) -> Any:
+            velocity = [momentum * b + flat(g) for b, g in zip(state, grads, strict=True)]
             return [p - lr * b for p, b in zip(w, velocity, strict=True)], velocity
 
-        return jax.jit(momentum), [jnp.zeros_like(w) for w in weights]
+        return jax.jit(sgd_momentum), [jnp.zeros_like(w) for w in weights]
 
     def sgd(w: Any, state: Any, grads: Any) -> Any:
         return [p - lr * flat(g) for p, g in zip(w, grads, strict=True)], state

@@ -41,19 +41,21 @@ need it): this module is registered in interpreters without it.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
 from hpcbench.frameworks.mxnet import kvstore
 from hpcbench.frameworks.mxnet.kvstore import KVSTORES
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
@@ -72,6 +74,16 @@ class MXNetFramework(Framework):
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"horovod": ("horovod.mxnet",)}
     models = zoo.NAMES
     datasets = data.NAMES
+    traits: ClassVar[Mapping[str, Traits]] = {
+        # a push and a pull per parameter to the kvstore's servers, which run the optimizer
+        "dist_sync": Traits(parameter_server=True),
+        "dist_async": Traits(parameter_server=True, asynchronous=True),
+        "horovod": Traits(grouping="fusion", background_thread=True),
+    }
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {
+        **{kind: LauncherNeed("the kvstore roles are set up over MPI") for kind in KVSTORES},
+        "horovod": LauncherNeed("Horovod starts its ranks", horovod=True),
+    }
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
@@ -83,13 +95,8 @@ class MXNetFramework(Framework):
                 yield "extra", f"{key!r} is not an mxnet {point.backend} setting", ", ".join(allowed) or "none"
             elif isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= point.ranks:
                 yield "extra", f"servers: {value!r} is not a whole number from 1 to the point's ranks", "1 ... ranks"
-        launchers = ("mpirun", "srun") if point.backend in KVSTORES else ("mpirun", "srun", "horovodrun")
-        if point.launcher not in launchers:
-            why = "the kvstore roles are set up over MPI" if point.backend in KVSTORES else "Horovod starts its ranks"
-            yield "launcher", f"mxnet {point.backend} cannot run under {point.launcher!r}: {why}", ", ".join(launchers)
 
     def __init__(self) -> None:
-        self._point: Point | None = None
         self._kv: Any = None
         self._hvd: Any = None
         self._roles: kvstore.Roles | None = None
@@ -105,7 +112,6 @@ class MXNetFramework(Framework):
     # Distributed set-up.
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        self._point = point
         self._rank, self._size, self._local_rank = renv.rank, renv.size, renv.local_rank
         # Before mxnet is imported: its OpenMP pool and engine read these once.
         if point.threads is not None:
@@ -134,16 +140,12 @@ class MXNetFramework(Framework):
 
                 self._comm = HorovodComm(hvd)
             return
-        if comm is None:
-            raise HpcbenchError(
-                f"mxnet {point.backend} needs MPI to set up its kvstore roles: launch with mpirun or srun"
-            )
-        self._start_kvstore(point, renv, comm)
+        self._start_kvstore(point, renv, self.mpi_ranks(point, comm))
 
     def _start_kvstore(self, point: Point, renv: RankEnv, comm: Comm) -> None:
         self._servers = servers = kvstore.servers_for(point, renv)
         places = kvstore.rendezvous(servers, renv, comm)
-        roles = self._roles = kvstore.Roles(comm, kvstore.init_timeout_s())
+        roles = self._roles = kvstore.Roles(comm, self.init_timeout_s())
         roles.launch(places, servers, comm.rank)
         self._kv = kvstore.create_kvstore(point.backend, renv.size)
         roles.ready()
@@ -164,10 +166,7 @@ class MXNetFramework(Framework):
 
         self._ctx = mx.gpu(self._local_rank) if point.device == "cuda" else mx.cpu()
         model = self._model = model_for(point)
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        self._batches = data.Batches(
-            shard.train, point.batch_size, point.seed, self._rank, point.dataset != "synthetic"
-        )
+        self.load_data(point, model, self._rank, self._size)
         mx.random.seed(point.seed)  # the same initial weights on every rank
         net = self._net = mx_layers.build(model)
         net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self._ctx)
@@ -181,16 +180,13 @@ class MXNetFramework(Framework):
         else:
             self._exchange = HorovodExchange(self._hvd, net, self._params, point)
 
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
-
     # ----------------------------------------------------------------------------------
     # The timed step.
 
     def _forward(self, rec: Recorder) -> float:
         from mxnet import autograd
 
-        x, y = self._batches.next()
+        x, y = self.batches.next()
         rec.mark(Phase.DATA)
         # Into preallocated arrays; a copy from numpy is synchronous in MXNet (it waits until
         # the array is free, which it is: the previous step ended with a wait). The direct
@@ -217,27 +213,23 @@ class MXNetFramework(Framework):
     # ----------------------------------------------------------------------------------
     # Evaluation and checks.
 
-    def evaluate(self) -> Evaluation | None:
-        import mxnet as mx
-
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
         if self._exchange is not None:
             self._exchange.before_evaluation()
-        correct = total = 0
-        loss_sum = 0.0
-        count = 0
-        for x, y in data.eval_batches(self._shard.test, self._point.batch_size if self._point else 32):
-            xs = mx.nd.array(x, ctx=self._ctx)
-            out = self._net(xs)
-            if self._model.classes:
-                ys = mx.nd.array(y, ctx=self._ctx, dtype="int64")
-                loss = self._loss(out, ys)
-                correct += int((out.argmax(axis=1).asnumpy().astype(np.int64) == y).sum())
-                total += len(y)
-            else:
-                loss = self._loss(out, xs.reshape((len(y), -1)))
-            loss_sum += float(loss.sum().asscalar())
-            count += len(y)
-        return Evaluation(correct, total, loss_sum / max(count, 1))
+        yield
+
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        import mxnet as mx
+
+        xs = mx.nd.array(x, ctx=self._ctx)
+        out = self._net(xs)
+        if not self._model.classes:
+            return float(self._loss(out, xs.reshape((len(y), -1))).sum().asscalar()), 0
+        ys = mx.nd.array(y, ctx=self._ctx, dtype="int64")
+        loss = self._loss(out, ys)
+        correct = int((out.argmax(axis=1).asnumpy().astype(np.int64) == y).sum())
+        return float(loss.sum().asscalar()), correct
 
     def parameter_checksum(self) -> float:
         return checksum(w.asnumpy() for w in self._params.weights)

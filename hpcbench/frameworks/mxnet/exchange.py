@@ -39,6 +39,7 @@ import numpy as np
 from mxnet import gluon
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import MOMENTUM
 from hpcbench.frameworks.mxnet.engine import Ref, Stamps, ref
 from hpcbench.spec import Point
 from hpcbench.trace.recorder import Phase, Recorder
@@ -56,6 +57,20 @@ class Parameters:
     names: list[str]
     dtypes: list[str]
     nbytes: list[int]
+
+    def record(self, rec: Recorder, t: np.ndarray, ops: tuple[str, ...]) -> None:
+        """The step's messages, from the engine's stamps (after the step's last mark): per
+        parameter i, stamp k*i when its gradient was ready, then the end of each of its `ops`
+        (k = 1 + len(ops)); op j runs from stamp k*i+j to k*i+j+1."""
+        k, n, comm = 1 + len(ops), len(self.grads), rec.comm
+        rec.add_comm(int((t[k - 1 : k * n : k] - t[0 : k * n : k]).sum()))
+        if comm is None:
+            return
+        it = rec.iteration
+        for i in range(n):
+            name, dtype, nbytes = self.names[i], self.dtypes[i], self.nbytes[i]
+            for j, op in enumerate(ops):
+                comm.end(comm.begin(it, op, name, dtype, nbytes, int(t[k * i + j])), int(t[k * i + j + 1]))
 
     @classmethod
     def of(cls, params: list[gluon.Parameter], ctx: Any) -> Parameters:
@@ -77,7 +92,7 @@ def optimizer(point: Point, rescale: float) -> Any:
     """The point's optimizer; `rescale` multiplies the gradient (MXNet's losses are summed)."""
     if point.optimizer == "adam":
         return mx.optimizer.Adam(learning_rate=point.lr, rescale_grad=rescale)
-    momentum = 0.9 if point.optimizer == "momentum" else 0.0
+    momentum = MOMENTUM if point.optimizer == "momentum" else 0.0
     return mx.optimizer.SGD(learning_rate=point.lr, momentum=momentum, rescale_grad=rescale)
 
 
@@ -128,24 +143,10 @@ class KVStoreExchange:
         t = stamps.t
         rec.mark_at(Phase.BACKWARD, int(t[0 : 3 * n : 3].max()))
         rec.mark_at(Phase.COMM, end)
-        self._record(rec)
+        self.params.record(rec, stamps.t, ("push", "pull"))
         if not self.sync:
             self.versions.append(int(self._version.asnumpy()[0]))  # ready: after the wait
         self.steps += 1
-
-    def _record(self, rec: Recorder) -> None:
-        """The step's messages, from the engine's stamps (after the step's last mark)."""
-        comm, t, p = rec.comm, self.stamps.t, self.params
-        n = len(p.grads)
-        rec.add_comm(int((t[2 : 3 * n : 3] - t[0 : 3 * n : 3]).sum()))
-        if comm is None:
-            return
-        it = rec.iteration
-        for i in range(n):
-            name, dtype, nbytes = p.names[i], p.dtypes[i], p.nbytes[i]
-            ready, pushed, pulled = int(t[3 * i]), int(t[3 * i + 1]), int(t[3 * i + 2])
-            comm.end(comm.begin(it, "push", name, dtype, nbytes, ready), pushed)
-            comm.end(comm.begin(it, "pull", name, dtype, nbytes, pushed), pulled)
 
     def before_evaluation(self) -> None:
         """dist_async: meet the other workers, then take the servers' weights (the model a
@@ -197,18 +198,7 @@ class HorovodExchange:
         self.trainer.update(self.batch_size)
         mx.nd.waitall()  # the update phase ends when the new weights exist
         rec.mark(Phase.UPDATE)
-        self._record(rec)
-
-    def _record(self, rec: Recorder) -> None:
-        comm, t, p = rec.comm, self.stamps.t, self.params
-        n = len(p.grads)
-        rec.add_comm(int((t[1 : 2 * n : 2] - t[0 : 2 * n : 2]).sum()))
-        if comm is None:
-            return
-        it = rec.iteration
-        for i in range(n):
-            slot = comm.begin(it, "allreduce", p.names[i], p.dtypes[i], p.nbytes[i], int(t[2 * i]))
-            comm.end(slot, int(t[2 * i + 1]))
+        p.record(rec, stamps.t, ("allreduce",))
 
     def before_evaluation(self) -> None:
         """Nothing to do: every rank holds the same weights."""

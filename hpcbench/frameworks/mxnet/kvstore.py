@@ -39,7 +39,6 @@ from hpcbench.spec import Point
 
 KVSTORES = ("dist_sync", "dist_async")
 DEFAULT_SERVERS = 1
-INIT_TIMEOUT_S = 300.0  # HPCBENCH_INIT_TIMEOUT_S: the kvstore must be up by then
 ROLE_STOP_S = 20.0  # servers and scheduler leave by themselves once workers close the store
 
 
@@ -152,11 +151,6 @@ def _hpcbench_root() -> str:
     import hpcbench
 
     return str(Path(hpcbench.__file__).resolve().parent.parent)
-
-
-def init_timeout_s() -> float:
-    """How long the store may take to come up (`HPCBENCH_INIT_TIMEOUT_S`)."""
-    return float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", INIT_TIMEOUT_S))
 
 
 def servers_for(point: Point, renv: RankEnv) -> int:

@@ -53,25 +53,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import (
-    FRAMEWORKS,
-    MPI_LAUNCHERS,
-    Evaluation,
-    Framework,
-    Problem,
-    checksum,
-    model_for,
-    shard_for,
-)
+from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
@@ -98,6 +90,18 @@ class TensorFlowFramework(Framework):
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"horovod": ("horovod.tensorflow",)}
     models = zoo.NAMES
     datasets = data.NAMES
+    traits: ClassVar[Mapping[str, Traits]] = {
+        # the strategy's collective over gRPC, whose waits sleep; as the strategy does: one pack
+        "multiworker": Traits(grouping="one_message", sleeping_wait=True),
+        # workers push to and pull from servers that apply each worker's gradients at once
+        "ps": Traits(parameter_server=True, asynchronous=True),
+        "horovod": Traits(grouping="fusion", background_thread=True),
+    }
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {
+        "multiworker": LauncherNeed("its cluster addresses are exchanged over MPI"),
+        "ps": LauncherNeed("its cluster addresses are exchanged over MPI"),
+        "horovod": LauncherNeed("Horovod connects the ranks", horovod=True),
+    }
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
@@ -112,14 +116,6 @@ class TensorFlowFramework(Framework):
                 yield "extra", f"{key}: {value!r} is not a non-negative integer", "integers >= 0 (servers >= 1)"
         if dict(point.extra).get("servers") == 0:
             yield "extra", "servers: 0 parameter servers", "integers >= 1"
-        if point.backend in ("multiworker", "ps") and point.launcher not in MPI_LAUNCHERS:
-            yield (
-                "launcher",
-                f"tensorflow/{point.backend} exchanges its cluster addresses over MPI",
-                ", ".join(MPI_LAUNCHERS),
-            )
-        if point.backend == "horovod" and point.launcher not in (*MPI_LAUNCHERS, "horovodrun"):
-            yield "launcher", "tensorflow/horovod runs under an MPI or Horovod launcher", "mpirun, srun, horovodrun"
 
     def __init__(self) -> None:
         self._comm: Comm | None = None  # the job's bookkeeping communicator (MPI or Horovod)
@@ -168,8 +164,7 @@ class TensorFlowFramework(Framework):
                 self._own_comm = self._comm = HorovodComm(hvd)
             return
 
-        if comm is None:
-            raise HpcbenchError(f"tensorflow/{point.backend} needs an MPI launcher (mpirun, srun) to build its cluster")
+        comm = self.mpi_ranks(point, comm)
         self.rank, self.size = comm.rank, comm.size
         if point.backend == "multiworker":
             from hpcbench.frameworks.tensorflow.allreduce import multiworker_strategy
@@ -197,7 +192,7 @@ class TensorFlowFramework(Framework):
         from hpcbench.frameworks.tensorflow.allreduce import AllReduce
 
         tree = self.tree = model_for(point)
-        self._load_data(point, tree)
+        train = self.load_data(point, tree, self.rank, self.size).train
         keras.utils.set_random_seed(point.seed)  # the same initial weights on every rank
         self.model, self.optimizer = self._model_and_optimizer(point, tree)
         self.variables = list(self.model.trainable_variables)
@@ -208,7 +203,7 @@ class TensorFlowFramework(Framework):
             return model(x, training=False)
 
         self._predict = tf.function(predict, reduce_retracing=True)
-        x_spec = tf.TensorSpec((point.batch_size, *self.train.x.shape[1:]), tf.float32)
+        x_spec = tf.TensorSpec((point.batch_size, *train.x.shape[1:]), tf.float32)
         y_spec = tf.TensorSpec((point.batch_size,), tf.int64)
         if self._ps is not None:
             capacity = point.iterations_for(self.batches.steps_per_epoch)
@@ -218,17 +213,6 @@ class TensorFlowFramework(Framework):
             bytes_per_pack = _int_option(point, "bytes_per_pack", 0, 0)
             specs = (x_spec, y_spec)
             self._exchange = AllReduce(model, self.optimizer, loss_fn, specs, bytes_per_pack, self.size, self._hvd)
-
-    def _load_data(self, point: Point, tree: zoo.Model) -> None:
-        """This rank's shard and its batches."""
-        shard = shard_for(point, tree, self.rank, self.size)
-        # Channels-last once, here, for the whole shard: the step's data phase stays a view.
-        self.train = self._nhwc(shard.train)
-        self.test = self._nhwc(shard.test)
-        self.batches = data.Batches(
-            self.train, point.batch_size, point.seed, self.rank, shuffle=point.dataset != "synthetic"
-        )
-        self.batch_size = point.batch_size
 
     def _model_and_optimizer(self, point: Point, tree: zoo.Model) -> tuple[Any, Any]:
         """The Keras model and its optimizer, built (in the strategy's scope, if any)."""
@@ -240,19 +224,19 @@ class TensorFlowFramework(Framework):
             optimizer.build(model.trainable_variables)
         return model, optimizer
 
-    @staticmethod
-    def _nhwc(split: data.Split) -> data.Split:
+    def prepare_split(self, split: data.Split) -> data.Split:
+        """Channels-last once, for the whole shard: the step's data phase stays a view."""
         if split.x.ndim != 4:
             return split
         return data.Split(np.ascontiguousarray(split.x.transpose(0, 2, 3, 1)), split.y)
 
-    @staticmethod
-    def _optimizer(point: Point) -> Any:
+    @classmethod
+    def _optimizer(cls, point: Point) -> Any:
         import keras
 
         if point.optimizer == "adam":
             return keras.optimizers.Adam(point.lr)
-        return keras.optimizers.SGD(point.lr, momentum=0.9 if point.optimizer == "momentum" else 0.0)
+        return keras.optimizers.SGD(point.lr, momentum=cls.momentum if point.optimizer == "momentum" else 0.0)
 
     # ----------------------------------------------------------------------------------
     # the timed step
@@ -271,27 +255,16 @@ class TensorFlowFramework(Framework):
         # for a mark and the exchange may overlap backward where packing allows it.
         return self._exchange.step(rec, xt, yt)
 
-    def steps_per_epoch(self) -> int:
-        return self.batches.steps_per_epoch
-
     # ----------------------------------------------------------------------------------
     # after training
 
-    def evaluate(self) -> Evaluation | None:
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         import tensorflow as tf
 
-        correct = total = 0
-        loss_sum = 0.0
-        n = 0
-        for x, y in data.eval_batches(self.test, self.batch_size):
-            xt, yt = tf.constant(x), tf.constant(y)
-            out = self._predict(xt)
-            loss_sum += float(self._loss_fn(xt, yt, out)) * len(y)
-            n += len(y)
-            if self.tree.task == "classify":
-                correct += int(np.sum(np.argmax(out.numpy(), axis=1) == y))
-                total += len(y)
-        return Evaluation(correct, total, loss_sum / max(n, 1))
+        xt, yt = tf.constant(x), tf.constant(y)
+        out = self._predict(xt)
+        loss = float(self._loss_fn(xt, yt, out)) * len(y)
+        return loss, int(np.sum(np.argmax(out.numpy(), axis=1) == y)) if self.tree.task == "classify" else 0
 
     def parameter_checksum(self) -> float:
         return checksum(v.numpy() for v in self.variables)

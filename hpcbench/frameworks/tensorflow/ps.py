@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.base import MOMENTUM
 from hpcbench.frameworks.tensorflow.cluster import cluster_hosts
 from hpcbench.frameworks.tensorflow.stamps import Messages, stamp_after, stamped_gradients
 from hpcbench.rank.collectives import Comm
@@ -290,7 +291,7 @@ class SharedVariables:
         if self.optimizer == "sgd":
             return tf.raw_ops.ResourceApplyGradientDescent(var=var, alpha=lr, delta=grad)
         if self.optimizer == "momentum":
-            return tf.raw_ops.ResourceApplyKerasMomentum(var=var, accum=s[0], lr=lr, grad=grad, momentum=0.9)
+            return tf.raw_ops.ResourceApplyKerasMomentum(var=var, accum=s[0], lr=lr, grad=grad, momentum=MOMENTUM)
         t = tf.cast(version, tf.float32)
         return tf.raw_ops.ResourceApplyAdam(
             var=var, m=s[0], v=s[1], beta1_power=tf.pow(0.9, t), beta2_power=tf.pow(0.999, t), lr=lr,

@@ -32,34 +32,24 @@ Inception v3 (`PYTENSOR_TOO_SLOW`: at planning for the `modern` environment, els
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import (
-    FRAMEWORKS,
-    Evaluation,
-    Framework,
-    Problem,
-    checksum,
-    cpu_mpi_problems,
-    model_for,
-    shard_for,
-)
+from hpcbench.frameworks._mpi import HostMPIFramework
+from hpcbench.frameworks.base import ADAM, FRAMEWORKS, Problem, checksum, model_for
 from hpcbench.frameworks.jax import weights as zoo_weights
 from hpcbench.frameworks.theano import library
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.recorder import Phase, Recorder
-from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
-MOMENTUM = 0.9
 _SLOW = (
     "PyTensor's Numba linker compiles it for more than 20 minutes on first use (ResNet-50 on "
     "a 2-core machine: 7 minutes of graph rewrites, then over 12 minutes of Numba for the "
@@ -67,23 +57,18 @@ _SLOW = (
 )
 PYTENSOR_TOO_SLOW = {"googlenet": _SLOW, "resnet50": _SLOW, "inception_v3": _SLOW}
 PYTENSOR_MODELS = tuple(name for name in zoo.NAMES if name not in PYTENSOR_TOO_SLOW)
-ADAM = (0.9, 0.999, 1e-8)  # beta1, beta2, epsilon
 
 
 @FRAMEWORKS.register
-class TheanoFramework(Framework):
+class TheanoFramework(HostMPIFramework):
     name = "theano"
     requires = ()  # Theano or PyTensor, whichever imports: see `unavailable`
-    backends = ("mpi",)
-    models = zoo.NAMES
-    datasets = data.NAMES
+    traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
+    cpu_only = "theano runs on the CPU here (gradients exchanged from host memory)"
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
         yield from super().check_point(point)
-        yield from cpu_mpi_problems(
-            point, "theano", "theano runs on the CPU here (gradients exchanged from host memory)"
-        )
         if point.model in PYTENSOR_TOO_SLOW and _library_of(point) == "pytensor":
             yield (
                 "model",
@@ -102,17 +87,8 @@ class TheanoFramework(Framework):
             return str(exc)
         return None
 
-    def __init__(self) -> None:
-        self._rank, self._size = 0, 1
-        self._mpi: Any = None
-
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
-        if comm is None or comm.mpi_comm is None:
-            raise HpcbenchError("theano needs ranks started by an MPI launcher (mpirun, srun)")
-        from mpi4py import MPI
-
-        self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
-        self._in_place, self._sum = MPI.IN_PLACE, MPI.SUM
+        self.join(point, renv, comm)
         self.lib = library.load()
 
     def build(self, point: Point) -> None:
@@ -125,7 +101,7 @@ class TheanoFramework(Framework):
         steps = zoo_weights.steps(model)
         named = zoo_weights.initial(model, point.seed)
         for _, w in named:
-            self._mpi.Bcast(w, root=0)
+            self.mpi.Bcast(w, root=0)
         self._names = [n for n, _ in named]
         self.weights = [lib.module.shared(w, name=n) for n, w in named]
 
@@ -133,7 +109,7 @@ class TheanoFramework(Framework):
 
         x, y = T.tensor4("x", dtype="float32"), T.lvector("y")
         # Dropout masks differ per rank (each trains on samples of its own) and per call.
-        train = layers.forward(lib, steps, self.weights, x, self.state, seed=point.seed * 1_000_003 + self._rank)
+        train = layers.forward(lib, steps, self.weights, x, self.state, seed=point.seed * 1_000_003 + self.rank)
         cost = layers.loss(lib, model.task, train.output, x, y)
         self._forward = lib.module.function([x, y], [cost, *train.saved], updates=train.updates)
         saved = [o.type() for o in train.saved]  # the forward's saved tensors, given back to backward
@@ -141,15 +117,12 @@ class TheanoFramework(Framework):
         grads = layers.backward(lib, steps, self.weights, x, saved, last)
         self._backward = lib.module.function([x, *saved, y], grads, on_unused_input="ignore")
         averaged = [w.type() for w in self.weights]
-        updates = _updates(lib, point.optimizer, point.lr, self.weights, averaged)
+        updates = _updates(lib, point.optimizer, point.lr, self.momentum, self.weights, averaged)
         self._update = lib.module.function(averaged, [], updates=updates)
         evaluation = layers.forward(lib, steps, self.weights, x, self.state, train=False).output
         self._evaluate = lib.module.function([x, y], [layers.loss(lib, model.task, evaluation, x, y), evaluation])
 
-        shard = self._shard = shard_for(point, model, self._rank, self._size)
-        shuffle = point.dataset != "synthetic"
-        self._batches = data.Batches(shard.train, point.batch_size, point.seed, self._rank, shuffle)
-        self._eval_batch = point.batch_size
+        shard = self.load_data(point, model, self.rank, self.size)
         # PyTensor's Numba linker compiles a function on its first call (a minute for a
         # backward graph on a busy machine): call forward and backward once here, outside the
         # timed loop, on the first batch's shape (the weights are not updated, the BatchNorms'
@@ -161,31 +134,14 @@ class TheanoFramework(Framework):
         for i, value in enumerate(before):
             self.state[i].set_value(value)
 
-    def steps_per_epoch(self) -> int:
-        return self._batches.steps_per_epoch
-
     def _exchange(self, rec: Recorder, grads: list[Any]) -> list[np.ndarray]:
         """Every gradient summed over the ranks in place, last layer first, each timed; then averaged."""
-        comm, iteration, mpi = rec.comm, rec.iteration, self._mpi
         out = [np.ascontiguousarray(g, dtype=np.float32) for g in grads]
-        for i in reversed(range(len(out))):
-            g = out[i]
-            t0 = time.perf_counter_ns()
-            slot = (
-                comm.begin(iteration, "allreduce", self._names[i], "float32", g.nbytes, t0) if comm is not None else -1
-            )
-            mpi.Allreduce(self._in_place, g, op=self._sum)
-            t1 = time.perf_counter_ns()
-            if comm is not None:
-                comm.end(slot, t1)
-            rec.add_comm(t1 - t0)
-        scale = np.float32(1.0 / self._size)
-        for g in out:
-            g *= scale
+        self.allreduce.average(rec, [(self._names[i], out[i]) for i in reversed(range(len(out)))])
         return out
 
     def step(self, rec: Recorder) -> Any:
-        x, y = self._batches.next()
+        x, y = self.batches.next()
         rec.mark(Phase.DATA)
         loss, *outs = self._forward(x, y)
         rec.mark(Phase.FORWARD)
@@ -197,16 +153,9 @@ class TheanoFramework(Framework):
         rec.mark(Phase.UPDATE)
         return float(loss)
 
-    def evaluate(self) -> Evaluation:
-        correct = total = 0
-        loss_sum = 0.0
-        for x, y in data.eval_batches(self._shard.test, self._eval_batch):
-            loss, out = self._evaluate(x, y)
-            loss_sum += float(loss) * len(y)
-            if self._model.classes:
-                correct += int((np.asarray(out).argmax(axis=1) == y).sum())
-                total += len(y)
-        return Evaluation(correct, total, loss_sum / max(len(self._shard.test), 1))
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        loss, out = self._evaluate(x, y)
+        return float(loss) * len(y), int((np.asarray(out).argmax(axis=1) == y).sum()) if self._model.classes else 0
 
     def parameter_checksum(self) -> float:
         return checksum(w.get_value() for w in self.weights)
@@ -224,7 +173,9 @@ def _library_of(point: Point) -> str | None:
     return {"legacy": "theano", "modern": "pytensor"}.get(point.env)
 
 
-def _updates(lib: library.Library, kind: str, lr: float, weights: list[Any], grads: list[Any]) -> list[Any]:
+def _updates(
+    lib: library.Library, kind: str, lr: float, momentum: float, weights: list[Any], grads: list[Any]
+) -> list[Any]:
     """(shared variable, new value) pairs of one optimizer step on the averaged gradients."""
     shared, T = lib.module.shared, lib.tensor
     lr_ = np.float32(lr)
@@ -244,7 +195,7 @@ def _updates(lib: library.Library, kind: str, lr: float, weights: list[Any], gra
         out = []
         for w, g in zip(weights, grads, strict=True):
             velocity = shared(np.zeros_like(w.get_value()), name=f"{w.name}.velocity")
-            v1 = np.float32(MOMENTUM) * velocity + g
+            v1 = np.float32(momentum) * velocity + g
             out += [(velocity, v1), (w, w - lr_ * v1)]
         return out
     return [(w, w - lr_ * g) for w, g in zip(weights, grads, strict=True)]

@@ -10,17 +10,20 @@ outstanding after that, comm_total = the messages' summed times, one comm event 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Evaluation, Framework, Problem, checksum, model_for, shard_for
+import numpy as np
+
+from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, checksum, model_for
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
+from hpcbench.store.traits import Traits
 from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import Phase, Recorder
 from hpcbench.workloads import datasets as data
@@ -77,16 +80,20 @@ class TorchFramework(Framework):
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"mpi": ("mpi4py",), "horovod": ("horovod.torch",)}
     models = zoo.NAMES
     datasets = data.NAMES
-
-    @classmethod
-    def check_point(cls, point: Point) -> Iterable[Problem]:
-        yield from super().check_point(point)
-        if point.backend == "nccl" and point.device != "cuda":
-            yield "backend", "nccl needs device: cuda", "gloo on cpu; gloo or nccl on cuda"
-        if point.backend == "mpi" and point.device != "cpu":
-            yield "backend", "mpi exchanges host memory (mpi4py): device cuda is not supported", "device: cpu"
-        if point.backend in ("mpi", "horovod") and point.launcher == "torchrun":
-            yield "launcher", f"backend {point.backend} needs MPI or Horovod ranks, not torchrun's", "mpirun, srun"
+    traits: ClassVar[Mapping[str, Traits]] = {
+        "gloo": Traits(grouping="buckets", sleeping_wait=True),  # DDP's buckets; gloo's waits sleep
+        "nccl": Traits(grouping="buckets"),
+        "mpi": Traits(mpi_exchange=True),  # one MPI all-reduce per parameter, progressed in MPI calls
+        "horovod": Traits(grouping="fusion", background_thread=True),
+    }
+    launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {
+        "mpi": LauncherNeed("it all-reduces the gradients through mpi4py"),
+        "horovod": LauncherNeed("Horovod connects the ranks", horovod=True),
+    }
+    backend_devices: ClassVar[Mapping[str, tuple[str, str, str]]] = {
+        "nccl": ("cuda", "nccl needs device: cuda", "gloo on cpu; gloo or nccl on cuda"),
+        "mpi": ("cpu", "mpi exchanges host memory (mpi4py): device cuda is not supported", "device: cpu"),
+    }
 
     def __init__(self) -> None:
         self._comm: Comm | None = None
@@ -106,9 +113,7 @@ class TorchFramework(Framework):
             self.device = torch.device("cpu")
         self.rank, self.size = renv.rank, renv.size
         if point.backend == "mpi":
-            if comm is None or comm.mpi_comm is None:
-                raise HpcbenchError("torch backend 'mpi' needs ranks started by an MPI launcher (mpirun, srun)")
-            self._exchange = MPIExchange(renv.size, comm.mpi_comm)
+            self._exchange = MPIExchange(renv.size, self.mpi_ranks(point, comm).mpi_comm)
         elif point.backend == "horovod":
             import horovod.torch as hvd
 
@@ -128,7 +133,7 @@ class TorchFramework(Framework):
     def _init_process_group(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch.distributed as dist
 
-        timeout = datetime.timedelta(seconds=float(os.environ.get("HPCBENCH_INIT_TIMEOUT_S", "300")))
+        timeout = datetime.timedelta(seconds=self.init_timeout_s())
         if comm is not None:
             # Rendezvous through MPI: rank 0 opens a store on a free port and tells the others.
             # The host's own name, not the launcher's node name: Slurm node names need not resolve.
@@ -168,13 +173,10 @@ class TorchFramework(Framework):
         if point.optimizer == "adam":
             self.optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=point.lr)
         else:
-            momentum = 0.9 if point.optimizer == "momentum" else 0.0
+            momentum = self.momentum if point.optimizer == "momentum" else 0.0
             self.optimizer = torch.optim.SGD(params, lr=point.lr, momentum=momentum)
 
-        shard = shard_for(point, spec, self.rank, self.size)
-        self.batches = data.Batches(shard.train, point.batch_size, point.seed, self.rank, point.dataset != "synthetic")
-        self.test = shard.test
-        self.eval_batch = point.batch_size
+        shard = self.load_data(point, spec, self.rank, self.size)
         # The whole shard as tensors once (sharing numpy's memory on the CPU; page-locked for
         # CUDA so that the copy to the device can be asynchronous): a step only indexes it.
         pin = self.device.type == "cuda"
@@ -182,9 +184,6 @@ class TorchFramework(Framework):
         self._y = torch.from_numpy(shard.train.y)
         if pin:
             self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
-
-    def steps_per_epoch(self) -> int:
-        return self.batches.steps_per_epoch
 
     def step(self, rec: Recorder) -> Any:
         index = self.batches.next_index()
@@ -219,25 +218,24 @@ class TorchFramework(Framework):
         rec.mark(Phase.UPDATE)
         return loss.detach()
 
-    def evaluate(self) -> Evaluation:
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[None]:
         import torch
 
         self.model.eval()
-        correct = total = 0
-        loss_sum = 0.0
         with torch.no_grad():
-            for xb, yb in data.eval_batches(self.test, self.eval_batch):
-                x = torch.from_numpy(xb).to(self.device)
-                out = self.model(x)
-                if self.task == "classify":
-                    y = torch.from_numpy(yb).to(self.device)
-                    loss_sum += float(self.loss_fn(out, y)) * len(yb)
-                    correct += int((out.argmax(dim=1) == y).sum())
-                    total += len(yb)
-                else:
-                    loss_sum += float(self.loss_fn(out, x.flatten(1))) * len(yb)
+            yield
         self.model.train()
-        return Evaluation(correct, total, loss_sum / max(len(self.test), 1))
+
+    def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
+        import torch
+
+        xt = torch.from_numpy(x).to(self.device)
+        out = self.model(xt)
+        if self.task != "classify":
+            return float(self.loss_fn(out, xt.flatten(1))) * len(y), 0
+        yt = torch.from_numpy(y).to(self.device)
+        return float(self.loss_fn(out, yt)) * len(y), int((out.argmax(dim=1) == yt).sum())
 
     def parameter_checksum(self) -> float:
         return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
