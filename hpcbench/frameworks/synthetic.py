@@ -74,7 +74,7 @@ def _problem(key: str, value: Any) -> Problem | None:
 class SyntheticFramework(Framework):
     name = "synthetic"
     requires = ()
-    backends = ("none",)
+    backends: ClassVar[tuple[str, ...]] = ("none",)
     models = ("sleep",)
     # its messages, when it sends any, are blocking all-reduces timed as they run: the defaults
     traits: ClassVar[Mapping[str, Traits]] = {"none": Traits()}
