@@ -8,7 +8,7 @@ from pathlib import Path
 from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
 from hpcbench.launchers.mpirun import Mpirun
-from hpcbench.rank.env import RankEnv, int_var
+from hpcbench.rank.env import RankEnv, read_layout
 from hpcbench.spec import Point
 
 
@@ -26,10 +26,8 @@ class Horovodrun(Launcher):
             # with its MPI controller horovodrun is mpirun: Open MPI's variables, MPI ranks
             return Mpirun.rank_env(env, host) if "HOROVOD_RANK" in env else None
         # its Gloo controller
-        rank, size = int_var(env, "HOROVOD_RANK", 0), int_var(env, "HOROVOD_SIZE", 1)
-        local, local_size = int_var(env, "HOROVOD_LOCAL_RANK", 0), int_var(env, "HOROVOD_LOCAL_SIZE", 1)
-        node = int_var(env, "HOROVOD_CROSS_RANK", rank // max(local_size, 1))
-        return RankEnv(rank, size, local, local_size, node, host, "horovod", mpi=False)
+        names = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE")
+        return read_layout(env, host, "horovod", names, "HOROVOD_CROSS_RANK", mpi=False)
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
-from hpcbench.rank.env import RankEnv, int_var
+from hpcbench.rank.env import RankEnv, read_layout
 from hpcbench.spec import Point
 
 
@@ -23,16 +23,18 @@ class Mpirun(Launcher):
     @classmethod
     def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
         if "OMPI_COMM_WORLD_RANK" in env:
-            rank, size = int_var(env, "OMPI_COMM_WORLD_RANK", 0), int_var(env, "OMPI_COMM_WORLD_SIZE", 1)
-            local = int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0)
-            local_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1)
             # OMPI_COMM_WORLD_NODE_RANK is a rank within the node, not the node's index; with
             # the block mappings hpcbench launches (ppr:K:node), the node is rank // K.
-            return RankEnv(rank, size, local, local_size, rank // max(local_size, 1), host, "openmpi", mpi=True)
+            names = (
+                "OMPI_COMM_WORLD_RANK",
+                "OMPI_COMM_WORLD_SIZE",
+                "OMPI_COMM_WORLD_LOCAL_RANK",
+                "OMPI_COMM_WORLD_LOCAL_SIZE",
+            )
+            return read_layout(env, host, "openmpi", names, mpi=True)
         if "PMI_RANK" in env and "PMI_SIZE" in env:  # MPICH / Intel MPI (Hydra)
-            rank, size = int_var(env, "PMI_RANK", 0), int_var(env, "PMI_SIZE", 1)
-            local, local_size = int_var(env, "MPI_LOCALRANKID", 0), int_var(env, "MPI_LOCALNRANKS", 1)
-            return RankEnv(rank, size, local, local_size, rank // max(local_size, 1), host, "pmi", mpi=True)
+            names = ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
+            return read_layout(env, host, "pmi", names, mpi=True)
         return None
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 from hpcbench.errors import LaunchError
 from hpcbench.launchers.base import LAUNCHERS, LaunchContext, Launcher
-from hpcbench.rank.env import RankEnv, int_var
+from hpcbench.rank.env import RankEnv, read_layout
 from hpcbench.spec import Point
 
 
@@ -22,10 +22,8 @@ class Torchrun(Launcher):
     def rank_env(cls, env: Mapping[str, str], host: str) -> RankEnv | None:
         if "TORCHELASTIC_RUN_ID" not in env and not ("LOCAL_WORLD_SIZE" in env and "RANK" in env):
             return None
-        rank, size = int_var(env, "RANK", 0), int_var(env, "WORLD_SIZE", 1)
-        local, local_size = int_var(env, "LOCAL_RANK", 0), int_var(env, "LOCAL_WORLD_SIZE", 1)
-        node = int_var(env, "GROUP_RANK", rank // max(local_size, 1))
-        return RankEnv(rank, size, local, local_size, node, host, "torchrun", mpi=False)
+        names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+        return read_layout(env, host, "torchrun", names, "GROUP_RANK", mpi=False)
 
     def command(self, point: Point, ctx: LaunchContext) -> list[str]:
         if ctx.local:

@@ -33,6 +33,17 @@ def int_var(env: Mapping[str, str], name: str, default: int) -> int:
     return int(value) if value.isdigit() else default
 
 
+def read_layout(
+    env: Mapping[str, str], host: str, source: str, names: tuple[str, str, str, str], node: str = "", *, mpi: bool
+) -> RankEnv:
+    """The rank's place from a launcher's variables `names` (rank, size, local rank, local
+    size) and `node` (the node's index; where unset, rank // local size: block placement)."""
+    rank, size = int_var(env, names[0], 0), int_var(env, names[1], 1)
+    local, local_size = int_var(env, names[2], 0), int_var(env, names[3], 1)
+    node_rank = int_var(env, node, rank // max(local_size, 1)) if node else rank // max(local_size, 1)
+    return RankEnv(rank, size, local, local_size, node_rank, host, source, mpi=mpi)
+
+
 def slurm_tasks_per_node(spec: str, node_id: int) -> int | None:
     """Tasks on node `node_id` from SLURM_TASKS_PER_NODE, e.g. '2(x3),1' -> [2, 2, 2, 1]."""
     counts: list[int] = []

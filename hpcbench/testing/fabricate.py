@@ -16,29 +16,18 @@ from typing import Any
 import numpy as np
 
 import hpcbench
+from hpcbench.rank.collectives import SelfComm
 from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, GatherWriter
 
 
-class _PlayedComm:
+class _PlayedComm(SelfComm):
     """Rank 0 of `size` ranks whose gathers return blocks queued beforehand (one list per call)."""
-
-    rank = 0
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.queue: collections.deque[list[Any]] = collections.deque()
-
-    @property
-    def mpi_comm(self) -> Any | None:
-        return None
-
-    def barrier(self) -> None:
-        pass
-
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        return obj
 
     def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
         blocks = self.queue.popleft()
