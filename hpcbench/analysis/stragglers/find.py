@@ -314,7 +314,7 @@ def headline(points: list[PointStragglers]) -> str:
         f"Straggler: rank {int(col['rank'][r])} on host {col['host'][r]} costs {cost:.1f} % of point "
         f"{ps.point_id}'s iteration time ({ps.t_iter_s * 1e3:.2f} ms; {float(col['whatif_t_iter_s'][r]) * 1e3:.2f} "
         f"ms with it at {_reference(len(col['rank']))}), slowest mostly through {col['through'][r] or 'compute'}"
-        f"{_waited(col['cpu_wait'], r)}{_stolen(col['cpu_steal'], r)}{more} (stragglers.csv)."
+        f"{_cpu_causes(col, r)}{more} (stragglers.csv)."
     )
 
 
@@ -332,26 +332,24 @@ def _above_median(values: np.ndarray, r: int, gap: float) -> float | None:
     return typical if values[r] - typical >= gap else None
 
 
-def _waited(waits: np.ndarray, r: int) -> str:
-    """', its loop waited ... for a CPU' when the scheduler saw the rank wait more than the median rank."""
-    typical = _above_median(waits, r, CPU_WAIT_GAP)
-    if typical is None:
-        return ""
-    return (
-        f", and its training loop waited {waits[r]:.0%} of its runnable time for a CPU (the median rank's "
-        f"{typical:.0%}): something else held its cores"
-    )
+# What a rank suffered beyond the median rank, said when it is `gap` or more above it: its
+# loop's run-queue wait (something else held its cores), its node's steal (a noisy neighbour)
+_CPU_CAUSES = (
+    ("cpu_wait", CPU_WAIT_GAP, ", and its training loop waited {0:.0%} of its runnable time for a CPU (the median "
+     "rank's {1:.0%}): something else held its cores"),
+    ("cpu_steal", STEAL_GAP, ", and the hypervisor gave {0:.0f} % of its node's CPU time to other virtual machines "
+     "(the median rank's node: {1:.0f} %): a noisy neighbour slowed it"),
+)  # fmt: skip
 
 
-def _stolen(steal: np.ndarray, r: int) -> str:
-    """', its node's hypervisor took ...' when the rank's node lost more of its CPU time than the median rank's."""
-    typical = _above_median(steal, r, STEAL_GAP)
-    if typical is None:
-        return ""
-    return (
-        f", and the hypervisor gave {steal[r]:.0f} % of its node's CPU time to other virtual machines (the "
-        f"median rank's node: {typical:.0f} %): a noisy neighbour slowed it"
-    )
+def _cpu_causes(col: Columns, r: int) -> str:
+    """What rank r lost of its CPU beyond the median rank, in words ('' where nothing stood out)."""
+    said = []
+    for column, gap, text in _CPU_CAUSES:
+        typical = _above_median(col[column], r, gap)
+        if typical is not None:
+            said.append(text.format(col[column][r], typical))
+    return "".join(said)
 
 
 def _frame(tables: list[Columns], columns: list[str]) -> pd.DataFrame:
