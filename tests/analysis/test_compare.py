@@ -20,6 +20,7 @@ import pytest
 from hpcbench.analysis import compare as cmp
 from hpcbench.cli import compare as cli
 from hpcbench.spec import Point
+from hpcbench.store import provenance as per_run
 from hpcbench.store import schema
 from hpcbench.testing.fabricate import write_point_file
 from tests.analysis.helpers import iterations
@@ -250,14 +251,15 @@ def test_provenance_that_differs_on_every_run_is_left_out(tmp_path: Path) -> Non
         "mpi": (("Open MPI v4.1.4",), ("Open MPI v4.1.6",)),
         "environment.OMPI_MCA_btl": ((), ("self,tcp",)),
     }
-    assert cmp.per_run_key("environment.OMPI_MCA_orte_hnp_uri") and not cmp.per_run_key("environment.NCCL_ALGO")
-    assert cmp.steady_value("main thread /proc/self/task/23587/schedstat") == "main thread /proc/PID/task/TID/schedstat"
+    assert per_run.per_run_key("environment.OMPI_MCA_orte_hnp_uri") and not per_run.per_run_key("environment.NCCL_ALGO")
+    masked = per_run.steady_value("main thread /proc/self/task/23587/schedstat")
+    assert masked == "main thread /proc/PID/task/TID/schedstat"
 
 
 def test_the_per_run_rule_is_in_the_docs() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "compare.md").read_text(encoding="utf-8")
-    missing = [key for key in cmp.PER_RUN_KEYS if f"`{key}`" not in doc]
-    missing += [mask for _, mask, _ in cmp.PER_RUN_VALUES if f"`{mask}`" not in doc]
+    missing = [key for key in per_run.PER_RUN_KEYS if f"`{key}`" not in doc]
+    missing += [mask for _, mask, _ in per_run.PER_RUN_VALUES if f"`{mask}`" not in doc]
     assert not missing, f"docs/compare.md#provenance does not list {missing}"
 
 

@@ -29,6 +29,7 @@ from hpcbench.launchers import LAUNCHERS
 from hpcbench.plan import envs
 from hpcbench.plan.launch import check_point
 from hpcbench.spec import DEVICES, FIELD_NAMES, OPTIMIZERS, SYNONYMS, WRITERS, Options, Point
+from hpcbench.store import provenance as per_run
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -211,9 +212,9 @@ def test_compare_lists_its_rules() -> None:
     assert synopsis is not None
     same(synopsis.group(1).split("|"), compare.METRICS, "docs/compare.md, --metric")
     same(synopsis.group(2).split("|"), compare_cli.FORMATS, "docs/compare.md, --format")
-    same([code(r[0])[0] for r in table(text, ["pattern", "what it is", "e.g."])], compare.PER_RUN_KEYS,
+    same([code(r[0])[0] for r in table(text, ["pattern", "what it is", "e.g."])], per_run.PER_RUN_KEYS,
          "docs/compare.md, provenance left out")  # fmt: skip
-    same([code(r[1])[0] for r in table(text, ["part", "masked as"])], [m for _, m, _ in compare.PER_RUN_VALUES],
+    same([code(r[1])[0] for r in table(text, ["part", "masked as"])], [m for _, m, _ in per_run.PER_RUN_VALUES],
          "docs/compare.md, provenance masked")  # fmt: skip
 
 

@@ -147,7 +147,8 @@ def _effective_cores(order: Sequence[PointData], derived: Derived) -> tuple[floa
     from_wait = effective_cores_from_wait(a, wait)
     if from_wait is not None:
         waited = f"{a.ranks_per_host} ranks per host, their loops waited {wait:.0%}"
-        return from_wait, f"{from_wait:.2f} of {a.cores:g} cores, from the run-queue wait of {base.point_id} ({waited})", None
+        source = f"from the run-queue wait of {base.point_id} ({waited})"
+        return from_wait, f"{from_wait:.2f} of {a.cores:g} cores, {source}", None
     unknown = "no one-rank and several-rank calibration points, no run-queue wait of a loop that computes"
     return 0.0, f"not measured ({unknown}): the CPU count", None
 
