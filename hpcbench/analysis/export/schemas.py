@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -153,74 +153,65 @@ def iteration_chunks(p: PointData) -> Iterator[Any]:
         yield table(ITERATIONS, arrays)
 
 
+def _rank_rows(
+    p: PointData, rows: np.ndarray, declared: Sequence[Column], make: Callable[[np.ndarray], dict[str, Any]]
+) -> Iterator[Any]:
+    """The `declared` table of per-rank `rows`, a block of rows at a time: the point, the rank,
+    and what `make` makes of the block."""
+    for i in range(0, len(rows), CHUNK_ROWS):
+        block = rows[i : i + CHUNK_ROWS]
+        yield table(declared, {"point": constant(p.point_id, len(block)), "rank": ints(block["rank"]), **make(block)})
+
+
 def message_chunks(p: PointData) -> Iterator[Any]:
-    for i in range(0, len(p.comm), CHUNK_ROWS):
-        rows = p.comm[i : i + CHUNK_ROWS]
-        yield table(
-            MESSAGES,
-            {
-                "point": constant(p.point_id, len(rows)),
-                "rank": ints(rows["rank"]),
-                "iteration": ints(rows["iteration"]),
-                "op": strings(rows["op"]),
-                "name": strings(rows["name"]),
-                "dtype": strings(rows["dtype"]),
-                "bytes": ints(rows["bytes"], np.int64),
-                "t_start_ns": nanoseconds(rows["t_start"]),
-                "t_end_ns": nanoseconds(rows["t_end"]),
-            },
-        )
+    return _rank_rows(p, p.comm, MESSAGES, lambda rows: {
+        "iteration": ints(rows["iteration"]),
+        "op": strings(rows["op"]),
+        "name": strings(rows["name"]),
+        "dtype": strings(rows["dtype"]),
+        "bytes": ints(rows["bytes"], np.int64),
+        "t_start_ns": nanoseconds(rows["t_start"]),
+        "t_end_ns": nanoseconds(rows["t_end"]),
+    })  # fmt: skip
+
+
+def _resource_columns(rows: np.ndarray) -> dict[str, Any]:
+    arrays = {"t_ns": nanoseconds(rows["t"])}
+    for name in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util"):
+        arrays[f"{name}_pct"] = floats(rows[name])
+    for name in ("gpu_power_w", "gpu_sm_clock_mhz", schema.WORK_WAIT):
+        arrays[name] = floats(rows[name])
+    counters = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS, schema.CHILD_RUN)
+    for name in counters:
+        arrays[name] = counter(rows[name])  # -1 (null) where not measured, and in files before the column
+    return arrays
 
 
 def resource_chunks(p: PointData) -> Iterator[Any]:
-    for i in range(0, len(p.resources), CHUNK_ROWS):
-        rows = p.resources[i : i + CHUNK_ROWS]
-        arrays = {"point": constant(p.point_id, len(rows)), "rank": ints(rows["rank"]), "t_ns": nanoseconds(rows["t"])}
-        for name in ("cpu_user", "cpu_system", "cpu_iowait", "cpu_steal", "gpu_util"):
-            arrays[f"{name}_pct"] = floats(rows[name])
-        for name in ("gpu_power_w", "gpu_sm_clock_mhz", schema.WORK_WAIT):
-            arrays[name] = floats(rows[name])
-        counters = ("rss_bytes", "gpu_mem_bytes", "ib_rx_bytes", "ib_tx_bytes", *schema.SCHED_COLUMNS, schema.CHILD_RUN)
-        for name in counters:
-            arrays[name] = counter(rows[name])  # -1 (null) where not measured, and in files before the column
-        yield table(RESOURCES, arrays)
+    return _rank_rows(p, p.resources, RESOURCES, _resource_columns)
 
 
 def evaluation_chunks(p: PointData) -> Iterator[Any]:
-    rows = p.eval
-    if len(rows):
-        yield table(
-            EVALUATIONS,
-            {
-                "point": constant(p.point_id, len(rows)),
-                "rank": ints(rows["rank"]),
-                "epoch": ints(rows["epoch"]),
-                "iteration": ints(rows["iteration"]),
-                "train_time_ns": nanoseconds(rows["train_time_s"]),
-                "test_time_ns": nanoseconds(rows["test_time_s"]),
-                "correct": ints(rows["correct"], np.int64),
-                "total": ints(rows["total"], np.int64),
-                "loss": floats(rows["loss"]),
-                "param_checksum": floats(rows["param_checksum"]),
-            },
-        )
+    return _rank_rows(p, p.eval, EVALUATIONS, lambda rows: {
+        "epoch": ints(rows["epoch"]),
+        "iteration": ints(rows["iteration"]),
+        "train_time_ns": nanoseconds(rows["train_time_s"]),
+        "test_time_ns": nanoseconds(rows["test_time_s"]),
+        "correct": ints(rows["correct"], np.int64),
+        "total": ints(rows["total"], np.int64),
+        "loss": floats(rows["loss"]),
+        "param_checksum": floats(rows["param_checksum"]),
+    })  # fmt: skip
 
 
 def rank_chunks(p: PointData) -> Iterator[Any]:
-    rows = p.ranks
-    if len(rows):
-        yield table(
-            RANKS,
-            {
-                "point": constant(p.point_id, len(rows)),
-                "rank": ints(rows["rank"]),
-                "local_rank": ints(rows["local_rank"]),
-                "node_rank": ints(rows["node_rank"]),
-                "hostname": strings(rows["hostname"]),
-                "pid": ints(rows["pid"], np.int64),
-                "clock_offset_ns": ints(rows["clock_offset_ns"], np.int64),
-            },
-        )
+    return _rank_rows(p, p.ranks, RANKS, lambda rows: {
+        "local_rank": ints(rows["local_rank"]),
+        "node_rank": ints(rows["node_rank"]),
+        "hostname": strings(rows["hostname"]),
+        "pid": ints(rows["pid"], np.int64),
+        "clock_offset_ns": ints(rows["clock_offset_ns"], np.int64),
+    })  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------
