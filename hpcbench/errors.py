@@ -12,15 +12,17 @@ def one_line(text: str) -> str:
 
 
 class HpcbenchError(Exception):
-    """A problem with a clear next step. The CLIs print its message on one line and exit non-zero."""
+    """A problem with a clear next step. The CLIs print its message on one line and exit with
+    `exit_code`: 2, bad input of any kind (arguments, files, an output that may not be written,
+    a command that cannot do what it was asked; docs/running.md#outputs-and-exit-codes). Results
+    that show a problem (a failed point, a regression) are no error: a command returns 1 for
+    them; a subclass that stands for one says so with its own `exit_code = 1`."""
 
-    exit_code = 1
+    exit_code = 2
 
 
 class SpecError(HpcbenchError):
     """An invalid sweep spec: names the field path, the bad value and what is allowed."""
-
-    exit_code = 2
 
     def __init__(self, path: str, problem: str, allowed: str | None = None) -> None:
         self.path = path

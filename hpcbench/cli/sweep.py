@@ -1,18 +1,22 @@
 """`python -m hpcbench.sweep`: plan and run a sweep, and look after it.
 
     python -m hpcbench.sweep SPEC.yaml [--out DIR] [--dry-run] [-v]   plan, then run or submit
-    python -m hpcbench.sweep status DIR [--wait]                      every point's state
+    python -m hpcbench.sweep status DIR [--wait] [--interval S]       every point's state
     python -m hpcbench.sweep resume DIR [-v]                          rerun what has no complete result
                                                                       (failed, stopped, never run)
     python -m hpcbench.sweep cancel DIR                               stop what is queued or running
     python -m hpcbench.sweep check                                    what works in each environment
 
-An invalid spec prints one line on stderr and exits 2 before anything is created.
+Exit statuses (docs/running.md#outputs-and-exit-codes): 0 success; 1 when the results show a
+problem (a point failed or stopped); 2 bad input of any kind (an invalid spec, an `--out` that
+may not be written, a missing or damaged sweep directory, a busy one), one line on stderr and
+nothing created; 130 on Ctrl-C, 128 + N on signal N (SIGTERM, `hpcbench cancel`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shlex
@@ -30,14 +34,16 @@ from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import Poller, SweepProgress, plain_line
 from hpcbench.errors import HpcbenchError
 from hpcbench.executors import EXECUTORS, Executor, catalog
+from hpcbench.executors.base import CANCELLED, INTERRUPTED, Interrupted
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.plan import envs
 from hpcbench.plan import launch as plan
 from hpcbench.plan.profiles import SiteProfile
-from hpcbench.spec import Sweep
+from hpcbench.spec import Point, Sweep, differing
 from hpcbench.store import schema
 from hpcbench.store.status import result_status
+from hpcbench.sweepdir import lock, outputs
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.atomic import write_text_atomic
 from hpcbench.sweepdir.layout import SweepDir
@@ -46,6 +52,8 @@ from hpcbench.sweepdir.manifest import Manifest
 from hpcbench.sweepdir.runfile import RunFile
 
 PROG = "hpcbench.sweep"
+MIN_INTERVAL_S = 0.1  # `status --wait --interval`: polls no faster than this (a core would spin)
+MAX_INTERVAL_S = 3600.0
 
 
 def default_out(name: str) -> Path:
@@ -53,13 +61,25 @@ def default_out(name: str) -> Path:
     return Path("runs") / slug
 
 
+def _shown(p: Point) -> tuple[object, ...]:
+    """What the plan table shows of a point: the fields of its columns."""
+    return (p.framework, p.backend, p.launcher, p.model, p.nodes, p.ranks_per_node, p.batch_size, p.iterations,
+            p.warmup)  # fmt: skip
+
+
 def print_plan(sweep: Sweep, launches: Sequence[plan.Launch], out_dir: Path, dry_run: bool, out: TextIO) -> None:
     print(f"sweep {sweep.name!r}: {len(launches)} points, executor {sweep.executor}, output {out_dir}", file=out)
+    points = [launch.point for launch in launches]
+    # points that the columns show alike (differing only in extra, env, seed, environ, ...) name
+    # what tells them apart (hpcbench/spec/labels.py)
+    differs = differing(points, shown=_shown)
     header = ("point", "framework", "backend", "launcher", "model", "nodes", "ranks/node", "batch", "iterations")
-    rows = [header]
-    for p in (launch.point for launch in launches):
+    more = ("differs in",) if any(differs.values()) else ()
+    rows = [(*header, *more)]
+    for p in points:
         scale = (str(p.nodes), str(p.ranks_per_node), str(p.batch_size), f"{p.iterations}+{p.warmup}w")
-        rows.append((p.id, p.framework, p.backend, p.launcher, p.model, *scale))
+        tells = (differs[p.id] or "-",) if more else ()
+        rows.append((p.id, p.framework, p.backend, p.launcher, p.model, *scale, *tells))
     print(textable.render(rows, indent="  "), file=out)
     for warning in sweep.warnings:
         print(f"warning: {warning}", file=out)
@@ -105,9 +125,21 @@ def plan_launches(sweep: Sweep, profile: SiteProfile, out_dir: Path, only: set[s
     return [plan.launch_for(p, out_dir, profile, local) for p in sweep.points if only is None or p.id in only]
 
 
-def _record(sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequence[plan.Launch]) -> Manifest:
-    """Write the spec, the launches' run files and their manifest entries."""
-    write_text_atomic(SweepDir(out_dir).spec, sweep.text)
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _record(
+    sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequence[plan.Launch], spec_path: Path | None
+) -> Manifest:
+    """Write the spec (unless `spec_path` is the sweep's own spec.yaml, or it holds the same
+    text already), the launches' run files and their manifest entries."""
+    spec = SweepDir(out_dir).spec
+    if not ((spec_path is not None and _same_file(spec_path, spec)) or _holds(spec, sweep.text)):
+        write_text_atomic(spec, sweep.text)
     manifest = Manifest.open(out_dir, sweep.name, sweep.executor)
     for p in (launch.point for launch in launches):
         RunFile(p, sweep.name, sweep.text, sweep.options, profile.as_dict()).write(out_dir)
@@ -116,14 +148,40 @@ def _record(sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequenc
     return manifest
 
 
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink() and path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def _check_out(sweep: Sweep, out_dir: Path, ids: Sequence[str], option: str) -> None:
+    """Everything the sweep will write into `out_dir`, checked before any of it is: a folder
+    (new or existing) that is no other sweep's own folder (sweepdir/outputs.py), whose names
+    the sweep writes stay inside it (no `logs` or `points` link to elsewhere)."""
+    outputs.check_folder(out_dir, option=option)
+    local = EXECUTORS.get(sweep.executor).local
+    SweepDir(out_dir).check_inside(ids, executor=None if local else sweep.executor)
+
+
 def _submit(
-    sweep: Sweep, profile: SiteProfile, out_dir: Path, launches: Sequence[plan.Launch], verbose: bool, out: TextIO
+    sweep: Sweep,
+    profile: SiteProfile,
+    out_dir: Path,
+    launches: Sequence[plan.Launch],
+    verbose: bool,
+    out: TextIO,
+    spec_path: Path | None = None,
+    option: str = "",
 ) -> int:
-    """Write run files and manifest entries, then run or submit the launches."""
+    """Write run files and manifest entries, then run or submit the launches (`spec_path`:
+    the spec file read, `option`: the option that named `out_dir`, for messages)."""
     local = EXECUTORS.load(sweep.executor).local
     _check_runnable(sweep, local)
+    if out_dir.is_dir():
+        outputs.probe_writable(option, out_dir)  # refused before the lock, the spec or a run file is written
     with sweep_lock(out_dir):
-        manifest = _record(sweep, profile, out_dir, launches)
+        manifest = _record(sweep, profile, out_dir, launches, spec_path)
         if not local:
             _executor(manifest, sweep, profile, out, verbose).run(launches)
             print(f"follow with: python -m {PROG} status {shlex.quote(str(out_dir))} --wait", file=out)
@@ -140,26 +198,31 @@ def _submit(
             _executor(manifest, sweep, profile, stream, verbose).run(launches)
         done = tally()[mf.DONE]
         print(f"{done} of {len(ids)} points done; results in {out_dir}", file=out)
-        print(f"next: python -m hpcbench.analyze {shlex.quote(str(out_dir))}", file=out)
-        return 0 if done == len(ids) else 1
+        if done:  # the analysis reads complete points only
+            print(f"next: python -m hpcbench.analyze {shlex.quote(str(out_dir))}", file=out)
+        return 0 if done == len(ids) else failure.PROBLEM
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
-    sweep, profile = plan.load(Path(args.spec), catalog())
+    spec_path = Path(args.spec)
+    if args.out:  # first of all: `--out` at a file, below one, a device, another sweep's logs/ ...
+        outputs.check_folder(Path(args.out), option="--out", reads=[spec_path])
+    sweep, profile = plan.load(spec_path, catalog())
     executor_cls = EXECUTORS.load(sweep.executor)
     out_dir = (Path(args.out) if args.out else default_out(sweep.name)).absolute()
-    launches = plan_launches(sweep, profile, out_dir)
-    print_plan(sweep, launches, out_dir, args.dry_run, out)
+    _check_out(sweep, out_dir, [p.id for p in sweep.points], "--out")
     if (out_dir / SweepDir.MANIFEST).exists():
         existing = Manifest.load(out_dir)
         if existing.name != sweep.name:
             raise HpcbenchError(f"{out_dir} holds sweep {existing.name!r}, not {sweep.name!r}: choose another --out")
+    launches = plan_launches(sweep, profile, out_dir)
+    print_plan(sweep, launches, out_dir, args.dry_run, out)
     if args.dry_run:
         scripts = executor_cls(Manifest(out_dir, sweep.name, sweep.executor), sweep, profile, out).dry_run(launches)
         for path in scripts:
             print(f"wrote {path} (not submitted)", file=out)
         return 0
-    return _submit(sweep, profile, out_dir, launches, args.verbose, out)
+    return _submit(sweep, profile, out_dir, launches, args.verbose, out, spec_path, "--out")
 
 
 def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest, Executor]:
@@ -173,11 +236,12 @@ def _load(directory: Path, out: TextIO, verbose: bool = False) -> tuple[Manifest
 
 
 def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
-    manifest, executor = _load(Path(args.dir), out)
+    directory = Path(args.dir)
+    manifest, executor = _load(directory, out)
     executor.refresh()
-    if args.wait:
+    if args.wait:  # while a point is queued or running, or a sweep command runs them (between two points)
         with SweepProgress(out, len(manifest.entries)) as (_, progress):
-            while any(e.state in mf.ACTIVE for e in manifest.entries.values()):
+            while any(e.state in mf.ACTIVE for e in manifest.entries.values()) or lock.in_use(directory):
                 progress.update(manifest.counts())
                 time.sleep(args.interval)
                 executor.refresh()
@@ -188,7 +252,8 @@ def cmd_status(args: argparse.Namespace, out: TextIO) -> int:
     for e in manifest.entries.values():
         rows.append((e.id, e.state, e.job_id or "-", str(e.attempts), e.label, e.reason or e.log))
     print(textable.render(rows, indent="  "), file=out)
-    return 0 if counts[mf.FAILED] == counts[mf.STOPPED] == 0 else 1  # stopped: resume it
+    problem = counts[mf.FAILED] or counts[mf.STOPPED]  # a point failed, or stopped: resume it
+    return failure.PROBLEM if problem else failure.OK
 
 
 def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
@@ -205,18 +270,38 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     if not todo:
         print(f"nothing to resume: every point of {directory} is complete or still queued", file=out)
         return 0
+    _check_out(sweep, directory, sorted(todo), "")
     print(f"resuming {len(todo)} of {len(sweep.points)} points", file=out)
     launches = plan_launches(sweep, executor.profile, directory, todo)
-    return _submit(sweep, executor.profile, directory, launches, args.verbose, out)
+    return _submit(sweep, executor.profile, directory, launches, args.verbose, out, directory / SweepDir.SPEC)
 
 
 def cmd_cancel(args: argparse.Namespace, out: TextIO) -> int:
-    _, executor = _load(Path(args.dir), out)
-    with sweep_lock(Path(args.dir)):
-        executor.refresh()
+    directory = Path(args.dir)
+    _, executor = _load(directory, out)
+    if executor.local:  # its points run in the sweep command holding the lock: cancel stops it and waits
         cancelled = executor.cancel()
-    print(f"cancelled {len(cancelled)} points" + (f": {' '.join(cancelled)}" if cancelled else ""), file=out)
-    return 0
+    else:
+        with sweep_lock(directory, lock.CANCEL):
+            executor.refresh()
+            cancelled = executor.cancel()
+    entries = executor.manifest.entries
+    if not cancelled:
+        print(f"nothing to cancel: no point of {directory} is queued or running", file=out)
+        return failure.OK
+    print(f"cancelled {_count(len(cancelled), 'point')}: {' '.join(cancelled)}", file=out)
+    rows = [("point", "state", "configuration", "reason")]
+    rows += [(i, entries[i].state, entries[i].label, entries[i].reason or "-") for i in cancelled if i in entries]
+    print(textable.render(rows, indent="  "), file=out)
+    pending = sum(e.state == mf.PENDING for e in entries.values())
+    if pending:
+        print(f"{_count(pending, 'point')} never ran (pending); python -m {PROG} resume "
+              f"{shlex.quote(str(directory))} runs them and the cancelled ones", file=out)  # fmt: skip
+    return failure.OK
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" if n == 1 else f"{n} {what}s"
 
 
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
@@ -238,7 +323,12 @@ def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show the state of every point of a sweep directory")
     status.add_argument("dir")
     status.add_argument("--wait", action="store_true", help="follow until no point is queued or running")
-    status.add_argument("--interval", type=float, default=2.0, help="seconds between polls with --wait")
+    status.add_argument(
+        "--interval",
+        type=_interval,
+        default=2.0,
+        help=f"seconds between polls with --wait ({MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}; default 2)",
+    )
     status.add_argument("-v", "--verbose", **verbose)  # type: ignore[arg-type]
     for name, text in (
         ("resume", "rerun the points without a complete result"),
@@ -255,23 +345,40 @@ def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
 COMMANDS = {"run": cmd_run, "status": cmd_status, "resume": cmd_resume, "cancel": cmd_cancel, "check": cmd_check}
 
 
+def _interval(text: str) -> float:
+    """`--interval`: seconds, finite, from MIN_INTERVAL_S (a shorter one would spin a core) to
+    MAX_INTERVAL_S."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or not MIN_INTERVAL_S <= value <= MAX_INTERVAL_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} is out of range: seconds from {MIN_INTERVAL_S:g} to {MAX_INTERVAL_S:g}, e.g. 2"
+        )
+    return value
+
+
 def _terminate(signum: int, frame: object) -> None:
-    # SIGTERM (scancel, kill, a CI timeout) unwinds like Ctrl-C: running ranks are stopped, not orphaned.
-    raise SystemExit(128 + signum)
+    # SIGTERM (scancel, kill, a CI timeout, `hpcbench cancel`) unwinds like Ctrl-C: running ranks
+    # are stopped, not orphaned, and the point is recorded with why.
+    raise Interrupted(128 + signum, CANCELLED if lock.cancel_requested() else INTERRUPTED)
 
 
 @quiet_on_closed_pipe
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str | None = None) -> int:
     """The sweep commands; `prog` names the command in usage and error lines (default
-    `python -m hpcbench.sweep`, as `hpcbench` itself passes "hpcbench")."""
+    `python -m hpcbench.sweep`, as `hpcbench` itself passes "hpcbench"). Run under the one
+    error policy (cli/failure.py): bad input is one line and exit 2, a traceback only with -v."""
     name = prog or PROG
     signal.signal(signal.SIGTERM, _terminate)
     args_list, _ = find_command(sys.argv[1:] if argv is None else argv, COMMANDS, default="run")
     args = parser(prog or f"python -m {PROG}").parse_args(args_list)
     try:
-        return COMMANDS[args.command](args, out)
-    except HpcbenchError as exc:
-        return failure.report(exc, name, args.verbose)
+        return failure.guarded(lambda: COMMANDS[args.command](args, out), name, args.verbose)
+    except Interrupted as exc:
+        print(f"{name}: stopped: {exc.reason}", file=sys.stderr)
+        return int(exc.code) if isinstance(exc.code, int) else 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)
         return 130

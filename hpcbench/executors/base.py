@@ -14,6 +14,19 @@ from hpcbench.registry import Registry
 from hpcbench.spec import OptionsParser, Sweep
 from hpcbench.sweepdir.manifest import Manifest
 
+CANCELLED = "cancelled by the user"  # `hpcbench cancel` (and scancel): the points it stops say so
+INTERRUPTED = "cancelled: the sweep was interrupted"  # Ctrl-C, or SIGTERM from anything else
+
+
+class Interrupted(SystemExit):
+    """The sweep command told to stop (SIGTERM: `kill`, a CI timeout, `hpcbench cancel`), and
+    why: the point it is running is stopped and recorded with `reason`. Its code is the
+    signal's exit status (128 + signal number)."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(code)
+        self.reason = reason
+
 
 class Executor(ABC):
     """Runs a sweep's launches. An executor with options owns a section of the spec named
@@ -51,7 +64,9 @@ class Executor(ABC):
         """Bring the manifest's states up to date with the scheduler."""
 
     def cancel(self) -> list[str]:
-        """Stop the points still queued or running; their ids."""
+        """Stop the points still queued or running; their ids. A local executor's points run in
+        the sweep command that holds the directory's lock, so its `cancel` is called without
+        the lock (it stops that command and waits for it); a scheduler's with it."""
         return []
 
 

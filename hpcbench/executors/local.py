@@ -1,9 +1,14 @@
 """Run points one after another on this host, each with its launcher's argv.
 
-A point told to stop (its time limit, the sweep interrupted by Ctrl-C or SIGTERM) is not
-killed outright: its ranks get SIGTERM, finish the iteration in progress, agree where to
-stop, write every row and mark the file `stopped` (rank/stop.py); only ranks still there
-after STOP_GRACE_S are killed. The point is then recorded `stopped`, and `resume` reruns it.
+A point told to stop (its time limit, the sweep interrupted by Ctrl-C or SIGTERM, or
+cancelled by `hpcbench cancel`) is not killed outright: its ranks get SIGTERM, finish the
+iteration in progress, agree where to stop, write every row and mark the file `stopped`
+(rank/stop.py); only ranks still there after STOP_GRACE_S are killed. The point is then
+recorded `stopped`, and `resume` reruns it.
+
+`hpcbench cancel DIR` reaches the points through the sweep command that runs them, which
+holds the directory's lock: it asks that command to stop (sweepdir/lock.py: a cancel request
+in the lock file, then SIGTERM), waits for it to end, and reports what it stopped.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from hpcbench.executors.base import EXECUTORS, Executor
+from hpcbench.errors import HpcbenchError
+from hpcbench.executors.base import CANCELLED, EXECUTORS, INTERRUPTED, Executor, Interrupted
 from hpcbench.plan.launch import Launch
 from hpcbench.rank.failures import failure_hint
 from hpcbench.rank.net import die_with_parent
@@ -26,14 +32,14 @@ from hpcbench.store import schema
 from hpcbench.store.status import mark_failed, mark_stop_reason, result_status, stop_reason
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.layout import SweepDir, keep_aside
-from hpcbench.sweepdir.lock import in_use
+from hpcbench.sweepdir.lock import CANCEL, RUN, holder, in_use, request_cancel, sweep_lock, wait_released
 from hpcbench.sweepdir.paths import inside
 
 STOP_GRACE_S = 30.0  # for ranks told to stop to finish their iteration and write their rows
 LINGER_S = 10.0  # a launcher still running this long after its last rank ended is stopped
 POLL_S = 1.0
 WORKER = b"hpcbench.worker"
-INTERRUPTED = "cancelled: the sweep was interrupted"
+CANCEL_WAIT_S = STOP_GRACE_S + 30.0  # how long `cancel` waits for the sweep it stopped to end
 
 
 def _children() -> dict[int, list[int]]:
@@ -157,6 +163,15 @@ def _settle(entry: mf.Entry, result: Path, log: Path, rc: int, stopped: str) -> 
         mark_failed(result, entry.reason)
 
 
+def _why_ended(exc: BaseException) -> str:
+    """Why a point's run ended early, as recorded: the interruption's reason, or the error's."""
+    if isinstance(exc, Interrupted):
+        return exc.reason
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return INTERRUPTED
+    return f"the sweep command failed: {type(exc).__name__}: {exc}"
+
+
 @EXECUTORS.register
 class LocalExecutor(Executor):
     name = "local"
@@ -165,8 +180,11 @@ class LocalExecutor(Executor):
     def refresh(self) -> None:
         """Points left running by a sweep process that is gone (killed, crashed) are failed, or
         stopped where their ranks stopped together (the launcher dies with the sweep and passes
-        its SIGTERM on)."""
+        its SIGTERM on). The states are first read again from the manifest, which the sweep
+        command running the points rewrites as each starts and ends (`status --wait` follows it)."""
         directory = self.manifest.directory
+        if (directory / mf.Manifest.FILE).exists():
+            self.manifest.entries = mf.Manifest.load(directory).entries
         if in_use(directory):
             return  # that sweep is alive and still running them
         stale = [e for e in self.manifest.entries.values() if e.state in mf.ACTIVE]
@@ -203,16 +221,16 @@ class LocalExecutor(Executor):
             entry.log = SweepDir.log_name(entry.id)
             log = inside(directory, entry.log)
             entry.state, entry.attempts, entry.started, entry.ended = mf.RUNNING, entry.attempts + 1, mf.now(), ""
-            self.manifest.save()
-            if self.verbose:
-                print("+ " + shlex.join(launch.argv), file=self.out, flush=True)
-            log.parent.mkdir(parents=True, exist_ok=True)
-            with log.open("a") as f:
-                f.write(f"=== hpcbench attempt {entry.attempts} at {entry.started}: {shlex.join(launch.argv)}\n")
             try:
+                self.manifest.save()
+                if self.verbose:
+                    print("+ " + shlex.join(launch.argv), file=self.out, flush=True)
+                log.parent.mkdir(parents=True, exist_ok=True)
+                with log.open("a") as f:
+                    f.write(f"=== hpcbench attempt {entry.attempts} at {entry.started}: {shlex.join(launch.argv)}\n")
                 rc, stopped = run_process(launch.argv, {**os.environ, **launch.env}, log, self.options.timeout_s)
-            except BaseException:  # interrupted: its ranks were stopped; say so before unwinding
-                _settle(entry, result, log, -1, INTERRUPTED)
+            except BaseException as exc:  # interrupted: its ranks were stopped; say so before unwinding
+                _settle(entry, result, log, -1, _why_ended(exc))
                 self.manifest.save()
                 raise
             _settle(entry, result, log, rc, stopped)
@@ -220,3 +238,30 @@ class LocalExecutor(Executor):
             mark = {mf.DONE: "done  ", mf.STOPPED: "stopped"}.get(entry.state, "FAILED")
             print(f"  {entry.id}  {mark}  {entry.label}" + (f"  ({entry.reason})" if entry.reason else ""),
                   file=self.out, flush=True)  # fmt: skip
+
+    def cancel(self) -> list[str]:
+        """Stop the sweep command that runs this directory's points, and wait for it: it stops
+        its running point as when interrupted (the ranks finish their iteration, stop together
+        and keep their rows), records it "cancelled by the user", and starts no other. Called
+        without the directory's lock, which that command holds; the ids of the points it stopped."""
+        directory = self.manifest.directory
+        running = holder(directory)
+        started = mf.now()
+        active: set[str] = set()
+        if running is not None and running.command in (RUN, ""):  # "": written by an older hpcbench
+            active = {e.id for e in mf.Manifest.load(directory).entries.values() if e.state in mf.ACTIVE}
+            if request_cancel(directory, running):
+                print(f"stopping the sweep running in {directory} (pid {running.pid}); its ranks finish the "
+                      "iteration in progress and write their rows", file=self.out, flush=True)  # fmt: skip
+            if not wait_released(directory, running, CANCEL_WAIT_S):
+                raise HpcbenchError(
+                    f"the sweep running in {directory} (pid {running.pid}) was told to stop (SIGTERM) and still "
+                    f"runs after {CANCEL_WAIT_S:g} s; kill {running.pid} ends it, then `hpcbench status` records it"
+                )
+        with sweep_lock(directory, CANCEL):  # the sweep has ended (or none ran): its manifest is final
+            self.refresh()  # read again; a point left running by a sweep that died without recording it
+        return [
+            e.id
+            for e in self.manifest.entries.values()
+            if e.id in active or (e.reason.startswith(CANCELLED) and e.ended >= started)
+        ]

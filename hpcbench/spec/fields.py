@@ -22,12 +22,27 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 Checker = Callable[[str, Any], Any]
 
 
-def _int(minimum: int) -> Callable[[str, Any], int]:
+# Upper limits: values no machine runs, refused before they reach a launcher, a job or a
+# rank's memory (docs/spec.md#point-fields). Generous: far beyond today's largest systems.
+MAX_NODES = 100_000
+MAX_RANKS_PER_NODE = 4096
+MAX_BATCH_SIZE = 2**24  # per rank: 16,777,216 samples
+MAX_ITERATIONS = 10**9  # timed iterations, and warm-up ones
+MAX_EPOCHS = 10**6
+MAX_THREADS = 4096  # per rank
+MAX_SEED = 2**32 - 1  # numpy's seeds (Chainer and MXNet seed its global generator)
+
+
+def _int(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
+    allowed = f"integers >= {minimum}" if maximum is None else f"integers >= {minimum} and <= {maximum}"
+
     def check(path: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise SpecError(path, f"{value!r} is not an integer", f"integers >= {minimum}")
+            raise SpecError(path, f"{value!r} is not an integer", allowed)
         if value < minimum:
-            raise SpecError(path, f"{value} is too small", f"integers >= {minimum}")
+            raise SpecError(path, f"{value} is too small", allowed)
+        if maximum is not None and value > maximum:
+            raise SpecError(path, f"{value} is too large", allowed)
         return value
 
     return check
@@ -130,22 +145,22 @@ def checkers(choices: Choices, sections: Mapping[str, OptionsParser]) -> dict[st
         "framework": choice("framework"),
         "backend": _text,  # checked per framework, once points exist
         "launcher": choice("launcher"),
-        "nodes": _int(1),
-        "ranks_per_node": _int(1),
+        "nodes": _int(1, MAX_NODES),
+        "ranks_per_node": _int(1, MAX_RANKS_PER_NODE),
         "device": _one_of(DEVICES),
         "model": choice("model"),
         "dataset": choice("dataset"),
         "data_dir": _optional(_text),
-        "batch_size": _int(1),
-        "iterations": _int(1),
-        "warmup": _int(0),
+        "batch_size": _int(1, MAX_BATCH_SIZE),
+        "iterations": _int(1, MAX_ITERATIONS),
+        "warmup": _int(0, MAX_ITERATIONS),
         "optimizer": _one_of(OPTIMIZERS),
         "lr": _positive_float,
-        "seed": _int(0),
-        "threads": _optional(_int(1)),
+        "seed": _int(0, MAX_SEED),
+        "threads": _optional(_int(1, MAX_THREADS)),
         "env": _optional(choice("env")),
         "environ": environ_items,
         "extra": _extra,
         "slurm": _section_items(sections.get("slurm")),
-        "epochs": _optional(_int(1)),
+        "epochs": _optional(_int(1, MAX_EPOCHS)),
     }

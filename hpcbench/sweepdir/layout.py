@@ -19,6 +19,7 @@ that would lead out of it is refused before anything is written.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,8 +49,13 @@ class SweepDir:
     def spec(self) -> Path:
         return inside(self.root, self.SPEC)
 
+    @staticmethod
+    def run_file_name(point_id: str) -> str:
+        """The run file of a point, relative to the sweep directory."""
+        return f"points/{point_id}.json"
+
     def run_file(self, point_id: str) -> Path:
-        return inside(self.root, f"points/{point_id}.json")
+        return inside(self.root, self.run_file_name(point_id))
 
     @staticmethod
     def log_name(point_id: str) -> str:
@@ -69,6 +75,18 @@ class SweepDir:
     def executor_dir(self, name: str) -> Path:
         """The folder an executor keeps its own files in (its name)."""
         return inside(self.root, name)
+
+    def check_inside(self, point_ids: Iterable[str], executor: str | None = None) -> None:
+        """Refuse (HpcbenchError), before anything is written, a name the sweep would write for
+        these points that leads out of the directory (a `logs` or `points` link to elsewhere):
+        the manifest, the spec, each point's run file, log and result, and the executor's folder."""
+        names = [self.MANIFEST, self.SPEC]
+        for point_id in point_ids:
+            names += [self.run_file_name(point_id), self.log_name(point_id), self.result_name(point_id)]
+        if executor is not None:
+            names.append(executor)
+        for name in names:
+            inside(self.root, name)
 
     def results(self) -> list[Path]:
         """The point files in the directory, earlier attempts left out."""

@@ -63,10 +63,15 @@ class Manifest:
     @classmethod
     def load(cls, directory: Path) -> Manifest:
         path = directory / cls.FILE
+        if not directory.is_dir():
+            what = "not a directory" if directory.exists() else "no such directory"
+            raise HpcbenchError(f"{directory}: not a sweep directory ({what})")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise HpcbenchError(f"{directory}: not a sweep directory (no {cls.FILE})") from None
+        except OSError as exc:  # a folder by that name, no permission, ...
+            raise HpcbenchError(f"{path}: cannot be read ({exc.strerror})") from None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise HpcbenchError(f"{path}: unreadable manifest ({exc})") from None
         if not isinstance(data, dict):

@@ -84,7 +84,7 @@ def test_other_sweep_in_the_same_directory_is_refused(write_spec: Callable[..., 
     assert run_module("hpcbench.sweep", str(write_spec(spec_text("first"))), "--out", str(out)).returncode == 0
     manifest = (out / "manifest.json").read_text()
     res = run_module("hpcbench.sweep", str(write_spec(spec_text("second"), "b.yaml")), "--out", str(out))
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input (docs/running.md#outputs-and-exit-codes)
     assert "holds sweep 'first', not 'second'" in res.stderr
     assert (out / "manifest.json").read_text() == manifest
 
@@ -122,7 +122,7 @@ def test_second_submission_into_a_busy_directory_stops_with_a_clear_message(
             time.sleep(0.2)
         manifest = (out / "manifest.json").read_text()
         res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
-        assert res.returncode == 1
+        assert res.returncode == 2  # the command cannot do what it was asked: bad input
         assert f"{out} is in use by another hpcbench.sweep (pid {first.pid})" in res.stderr
         assert (out / "manifest.json").read_text() == manifest
     finally:

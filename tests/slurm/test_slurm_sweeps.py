@@ -136,7 +136,7 @@ def test_output_path_with_newline_is_refused_before_submission(write_spec: Calla
     spec = write_spec(slurm_spec("nl", {"ranks_per_node": [1]}, launcher="srun"))
     out = tmp_path / "bad\nname"
     res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
-    assert res.returncode == 1
+    assert res.returncode == 2  # bad input (docs/running.md#outputs-and-exit-codes)
     assert "control characters" in res.stderr
     assert not any(e.job_id for e in Manifest.load(out).entries.values())
 
@@ -150,7 +150,7 @@ def test_unreachable_controller_submits_and_records_nothing(
     spec = write_spec(slurm_spec("down", {"ranks_per_node": [1]}, launcher="srun"))
     out = tmp_path / "sweep"
     res = run_module("hpcbench.sweep", str(spec), "--out", str(out), env={"SLURM_CONF": str(bad)}, timeout=120)
-    assert res.returncode == 1
+    assert res.returncode == 2  # the command could not do what it was asked
     (line,) = res.stderr.strip().splitlines()
     assert "Slurm controller unreachable" in line and "SLURM_CONF" in line and "nothing was submitted" in line
     entries = Manifest.load(out).entries.values() if (out / "manifest.json").exists() else []
