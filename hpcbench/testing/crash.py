@@ -10,6 +10,7 @@ import numpy as np
 
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
+from hpcbench.worker import LOOP_BEGINS
 
 FLUSH_EVERY = 5
 BATCH = 8
@@ -18,6 +19,14 @@ BATCH = 8
 # submitit's job entry point, into which Slurm's srun starts each rank (the worker runs inside).
 WORKER = b"hpcbench.worker"
 SUBMITIT_TASK = b"submitit.core._submit"
+
+
+def in_loop(log: Path) -> bool:
+    """Whether the point's ranks are in their timed loop (rank 0 says so once all are)."""
+    try:
+        return LOOP_BEGINS in log.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 def rank_pids(sweep_dir: Path, entry_point: bytes = WORKER) -> list[int]:

@@ -22,8 +22,8 @@ from hpcbench.cli import compare as cli
 from hpcbench.spec import Point
 from hpcbench.store import provenance as per_run
 from hpcbench.store import schema
+from hpcbench.testing.arrays import iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import iterations
 from tests.conftest import run_module
 
 BASE_S = {("lenet", 2): 0.050, ("lenet", 4): 0.060, ("mlp", 2): 0.020}  # every rank's step time, noise aside

@@ -25,8 +25,8 @@ from hpcbench.analysis.export.sweep import PARQUET_FILES
 from hpcbench.cli import export as cli
 from hpcbench.spec import FIELD_NAMES, Point
 from hpcbench.store import schema
+from hpcbench.testing.arrays import MIB, comm_rows, eval_rows, iterations, resource_rows, without
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import MIB, comm_rows, eval_rows, iterations, resource_rows, without
 from tests.conftest import ROOT, run_module
 
 EPOCH_NS = 1_700_000_000_123_456_789  # the two-rank point's wall-clock time zero

@@ -16,8 +16,8 @@ from hpcbench.executors import catalog
 from hpcbench.plan.launch import parse_sweep
 from hpcbench.spec import Point, differing, labels
 from hpcbench.sweepdir.manifest import DONE, Manifest
+from hpcbench.testing.arrays import eval_rows, iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import eval_rows, iterations
 from tests.conftest import run_module
 
 PS = Point(framework="tensorflow", backend="ps", env="modern", ranks_per_node=2, batch_size=8)

@@ -19,8 +19,8 @@ from hpcbench.spec import Point
 from hpcbench.store import commfile
 from hpcbench.store.reader import read_point
 from hpcbench.store.traits import LEGACY, Traits
+from hpcbench.testing.arrays import ALPHA, BETA, comm_rows, iterations, model_point
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import ALPHA, BETA, comm_rows, iterations, model_point
 
 # Three layers, 1..3 from the input; backward runs 3 -> 1.
 TB = [0.3, 0.2, 0.1]  # tb[1], tb[2], tb[3]

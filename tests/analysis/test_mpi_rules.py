@@ -12,7 +12,7 @@ from hpcbench.analysis import pipeline
 from hpcbench.analysis.model import mpi_rules
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.model.mpi_rules import DOUBLING, RABENSEIFNER, REDUCE_BCAST, RING
-from tests.analysis.helpers import ALPHA, BETA, TB, hand_schedule, model_point
+from hpcbench.testing.arrays import ALPHA, BETA, TB, hand_schedule, model_point
 
 OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022"
 KiB, MiB = 1024, 1024 * 1024

@@ -15,8 +15,8 @@ from hpcbench.analysis.model.predict import cycle_wait
 from hpcbench.analysis.placement import Placement, placement_of
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData, read_point
+from hpcbench.testing.arrays import EXPECTED_MAX, iterations, model_point
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import EXPECTED_MAX, iterations, model_point
 
 SPINS = {"OMPI_MCA_mpi_oversubscribe": "0"}  # what mpirun sets where ranks <= slots
 YIELDS = {"OMPI_MCA_mpi_oversubscribe": "1"}  # where they outnumber them

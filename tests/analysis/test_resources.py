@@ -10,7 +10,7 @@ import pytest
 
 from hpcbench.analysis import resources
 from hpcbench.store import schema, upgrade
-from tests.analysis.helpers import iterations, sched_rows, without
+from hpcbench.testing.arrays import iterations, sched_rows, without
 
 # the resources columns each schema added
 ADDED = {5: schema.SCHED_COLUMNS, 6: ("cpu_steal", schema.CHILD_RUN), 7: (schema.WORK_WAIT,)}

@@ -16,8 +16,8 @@ from hpcbench.analysis.model.collectives import LinkCost, MessageCost, ModelErro
 from hpcbench.analysis.model.servers import Servers, link_from_transfers, servers_of
 from hpcbench.spec import Point
 from hpcbench.store.traits import Traits, legacy
+from hpcbench.testing.arrays import comm_rows, iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import comm_rows, iterations
 
 ALPHA, BETA = 3e-4, 2e-9  # a transfer's latency (s) and seconds per byte on the servers' link
 BYTES = (4e5, 1e6)  # tensors of layer 1 and layer 2 (layer 2's gradient is ready first)

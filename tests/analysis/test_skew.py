@@ -10,7 +10,7 @@ import pytest
 
 from hpcbench.analysis import pipeline
 from hpcbench.analysis.model import skew
-from tests.analysis.helpers import EXPECTED_MAX, model_point
+from hpcbench.testing.arrays import EXPECTED_MAX, model_point
 
 # Expected largest of n standard normal draws, as the tables of normal order statistics give them.
 PUBLISHED = {2: 1 / math.sqrt(math.pi), 3: 0.846284, 4: 1.029375, 5: 1.162964, 10: 1.538753, 100: 2.507594}

@@ -17,8 +17,8 @@ from hpcbench.analysis.stragglers.timed import SAMPLE_ITERATIONS, timed_columns
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
 from hpcbench.store.schema import COMM_DTYPE
+from hpcbench.testing.arrays import comm_rows, iterations, sched_rows
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import comm_rows, iterations, sched_rows
 from tests.conftest import run_module
 
 BASE = {"data": 0.002, "h2d": 0.001, "forward": 0.010, "backward": 0.020, "update": 0.003}  # 36 ms of compute

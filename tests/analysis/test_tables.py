@@ -15,8 +15,7 @@ import pytest
 from hpcbench.analysis import pipeline, stats, tables
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
-from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import (
+from hpcbench.testing.arrays import (
     ALPHA,
     BATCH,
     BETA,
@@ -27,6 +26,7 @@ from tests.analysis.helpers import (
     model_point,
     resource_rows,
 )
+from hpcbench.testing.fabricate import write_point_file
 
 
 @pytest.fixture(scope="module")

@@ -28,10 +28,10 @@ from hpcbench.analysis.placement import Placement
 from hpcbench.cli.analyze import cmd_summary
 from hpcbench.spec import Point
 from hpcbench.store.traits import Traits
+from hpcbench.testing.arrays import iterations, model_point, sched_rows
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.workloads import zoo
 from hpcbench.workloads.costs import backward_order, tensor_costs
-from tests.analysis.helpers import iterations, model_point, sched_rows
 
 INTRA = co.LinkCost(alpha=1e-6, beta=1e-10)  # 10 GB/s, 1 µs
 INTER = co.LinkCost(alpha=2e-5, beta=1e-9)  # 1 GB/s, 20 µs

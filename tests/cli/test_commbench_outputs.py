@@ -25,9 +25,9 @@ from hpcbench.rank.commbench import BUFFERS
 from hpcbench.rank.commbench.memory import available_memory
 from hpcbench.spec import Point
 from hpcbench.store.commfile import KIND, RESULT_DTYPE, VERSION, read_results
+from hpcbench.testing.arrays import iterations
 from hpcbench.testing.fabricate import write_point_file
 from hpcbench.testing.mpi import MPI_ENV, mpirun_argv
-from tests.analysis.helpers import iterations
 from tests.cli.test_outputs import digest
 from tests.conftest import ROOT
 

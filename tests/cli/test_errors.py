@@ -22,8 +22,8 @@ from hpcbench.cli import main as cli
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
+from hpcbench.testing.arrays import iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import iterations
 from tests.cli.test_outputs import PREDICTION, ROOT_USER, digest, point_file, write_sweep
 from tests.conftest import run_module
 

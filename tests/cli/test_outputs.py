@@ -23,7 +23,7 @@ import yaml
 from hpcbench.cli import main as cli
 from hpcbench.sweepdir import outputs
 from hpcbench.sweepdir.outputs import OutputError, OutputFile, check_file
-from tests.analysis.helpers import model_point
+from hpcbench.testing.arrays import model_point
 from tests.conftest import run_module
 
 ROOT_USER = os.geteuid() == 0

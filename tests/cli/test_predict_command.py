@@ -12,7 +12,7 @@ import yaml
 
 from hpcbench.analysis.model import forecast, forecast_spec
 from hpcbench.errors import SpecError
-from tests.analysis.helpers import ALPHA, BATCH, BETA, model_point
+from hpcbench.testing.arrays import ALPHA, BATCH, BETA, model_point
 from tests.conftest import run_module
 
 TWO_LAYERS = {

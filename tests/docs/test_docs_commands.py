@@ -39,8 +39,8 @@ from hpcbench.plan import profiles
 from hpcbench.plan.launch import parse_sweep, sections
 from hpcbench.spec import Point, parse_yaml
 from hpcbench.sweepdir.manifest import DONE, Manifest
+from hpcbench.testing.arrays import model_point
 from tests.analysis import test_calibration, test_compare
-from tests.analysis.helpers import model_point
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -63,7 +63,7 @@ COMMAND = re.compile(
     r"^(?:(?P<prefix>(?:mpirun|srun)\s.*?)\s)?(?:\S*/)?(?:(?P<cli>hpcbench)|python3?\s+-m\s+(?P<module>hpcbench(?:\.[\w.]+)?))(?=\s|$)"
 )
 DESCRIPTION = re.compile(r"\s{2,}(?![\s\[-])")  # a synopsis' description column, after two blanks
-NOT_COMMANDS = ("yaml", "yml", "json", "python", "sql")  # code blocks of these languages hold no command lines
+NOT_COMMANDS = ("yaml", "yml", "json", "python", "sql", "text")  # code blocks that hold no command lines (text: output)
 
 
 def code_blocks(path: Path) -> Iterator[tuple[int, str, str]]:

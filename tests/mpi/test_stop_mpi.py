@@ -27,8 +27,7 @@ from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
-from hpcbench.testing.crash import BATCH, rank_pids
-from hpcbench.worker import LOOP_BEGINS
+from hpcbench.testing.crash import BATCH, in_loop, rank_pids
 from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -51,14 +50,6 @@ def stop_spec(name: str, ranks: int, exchange: bool = True, iterations: int = IT
         launcher="mpirun", iterations=iterations, warmup=0, batch_size=BATCH, extra=extra,
         options={"flush_every": ITERATIONS, "sample_period_s": 0.05, **options},
     )  # fmt: skip
-
-
-def in_loop(log: Path) -> bool:
-    """Whether the point's ranks are in their timed loop (rank 0 says so once all are)."""
-    try:
-        return LOOP_BEGINS in log.read_text(errors="replace")
-    except OSError:
-        return False
 
 
 def start_sweep(

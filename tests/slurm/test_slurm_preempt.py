@@ -17,9 +17,8 @@ import pytest
 
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
-from hpcbench.testing.crash import SUBMITIT_TASK, rank_pids
+from hpcbench.testing.crash import SUBMITIT_TASK, in_loop, rank_pids
 from tests.conftest import run_module
-from tests.mpi.test_stop_mpi import in_loop
 from tests.slurm.conftest import slurm_spec, wait_for_state, wait_until_finished
 from tests.slurm.test_slurm_faults import start_now_when_requeued
 

@@ -8,8 +8,8 @@ from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from hpcbench.store.status import creating, mark_failed, result_status
+from hpcbench.testing.arrays import iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.analysis.helpers import iterations
 
 POINT = Point(framework="torch", backend="gloo", model="mlp", ranks_per_node=2, batch_size=8)
 
