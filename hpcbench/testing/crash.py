@@ -4,6 +4,7 @@ rank, and that a struck 2-rank file's rows are whole (`check_rows`)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,17 @@ def rank_pids(sweep_dir: Path, entry_point: bytes = WORKER) -> list[int]:
         if comm.startswith(b"python") and entry_point in argv and any(str(sweep_dir).encode() in a for a in argv):
             pids.append(int(proc.name))
     return pids
+
+
+def wait_ranks_gone(
+    sweep_dir: Path, timeout: float = 30, what: str = "their point", entry_point: bytes = WORKER
+) -> None:
+    """Wait until no rank process of the sweep is left; AssertionError after `timeout` seconds
+    (the ranks outlived `what`)."""
+    gone = time.monotonic() + timeout
+    while rank_pids(sweep_dir, entry_point):
+        assert time.monotonic() < gone, f"ranks outlived {what}"
+        time.sleep(0.1)
 
 
 def check_flushed_rows(path: Path, ranks: int) -> int:

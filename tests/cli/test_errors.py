@@ -6,10 +6,8 @@ The sweeps are fabricated point files (no ranks run)."""
 from __future__ import annotations
 
 import errno
-import io
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import h5py
@@ -18,13 +16,20 @@ import yaml
 
 from hpcbench.analysis.model import forecast
 from hpcbench.cli import failure
-from hpcbench.cli import main as cli
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
 from hpcbench.store.reader import read_point
 from hpcbench.testing.arrays import iterations
 from hpcbench.testing.fabricate import write_point_file
-from tests.cli.test_outputs import PREDICTION, ROOT_USER, digest, point_file, write_sweep
+from tests.cli.test_outputs import (
+    PREDICTION,
+    ROOT_USER,
+    digest,
+    hpcbench,
+    point_file,
+    untouched,  # noqa: F401 - the fixture every test here uses
+    write_sweep,
+)
 from tests.conftest import run_module
 
 DAMAGED_ID, GARBAGE_ID = "0123456789ab", "fedcba987654"
@@ -58,18 +63,7 @@ def area(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def untouched(area: Path) -> Iterator[None]:
-    """No input changes, whatever the command did."""
-    before = digest(area)
-    yield
-    assert digest(area) == before
-
-
-def hpcbench(*args: str | Path) -> tuple[int, str]:
-    out = io.StringIO()
-    code = cli.main([str(a) for a in args], out)
-    return code, out.getvalue()
+pytestmark = pytest.mark.usefixtures("untouched")  # no input changes, whatever the command did
 
 
 def bad_input(capsys: pytest.CaptureFixture[str], needle: str, *args: str | Path) -> list[str]:

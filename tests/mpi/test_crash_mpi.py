@@ -24,7 +24,7 @@ import pytest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
-from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids, wait_ranks_gone
 from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -128,10 +128,7 @@ def test_sweep_process_killed_leaves_no_ranks_and_resume_finishes(
         time.sleep(0.1)
     sweep.kill()  # SIGKILL: no chance to clean up
     sweep.wait()
-    gone = time.monotonic() + 30
-    while rank_pids(out):
-        assert time.monotonic() < gone, "ranks outlived the sweep process"
-        time.sleep(0.1)
+    wait_ranks_gone(out, what="the sweep process")
     (entry,) = Manifest.load(out).entries.values()
     assert entry.state == "running", "the manifest could not know"
 

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,7 +23,7 @@ import pytest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
-from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_rows, rank_pids
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_rows, rank_pids, wait_ranks_gone
 from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
@@ -72,10 +71,7 @@ def test_random_sigterm_and_sigkill_keep_every_row_and_resume_completes(
         striker.join()
         if sweep.poll() is None:
             sweep.kill()
-    gone = time.monotonic() + 30
-    while rank_pids(out):
-        assert time.monotonic() < gone, "ranks outlived their point"
-        time.sleep(0.1)
+    wait_ranks_gone(out)
     assert struck, "nothing was struck"
 
     entries = list(Manifest.load(out).entries.values())

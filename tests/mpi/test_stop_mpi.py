@@ -27,7 +27,7 @@ from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
-from hpcbench.testing.crash import BATCH, in_loop, rank_pids
+from hpcbench.testing.crash import BATCH, in_loop, rank_pids, wait_ranks_gone
 from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -77,10 +77,7 @@ def finish(sweep: subprocess.Popen[str], out: Path) -> tuple[int, str]:
     finally:
         if sweep.poll() is None:
             sweep.kill()
-    gone = time.monotonic() + 30
-    while rank_pids(out):
-        assert time.monotonic() < gone, "ranks outlived their point"
-        time.sleep(0.1)
+    wait_ranks_gone(out)
     return sweep.returncode, stdout + stderr
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.manifest import DONE, STOPPED, Manifest
-from hpcbench.testing.crash import SUBMITIT_TASK, in_loop, rank_pids
+from hpcbench.testing.crash import SUBMITIT_TASK, in_loop, rank_pids, wait_ranks_gone
 from tests.conftest import run_module
 from tests.slurm.conftest import slurm_spec, wait_for_state, wait_until_finished
 from tests.slurm.test_slurm_faults import start_now_when_requeued
@@ -89,10 +89,7 @@ def test_scancel_stops_the_ranks_together_and_resume_completes(
     assert entry.state == STOPPED, entry.reason
     assert entry.reason == f"{reason}; see {entry.log}"
     stopped_at = check_stopped(read_point(out / entry.result), reason)
-    deadline = time.monotonic() + 60
-    while rank_pids(out, SUBMITIT_TASK):
-        assert time.monotonic() < deadline, "ranks outlived their job"
-        time.sleep(0.2)
+    wait_ranks_gone(out, 60, "their job", SUBMITIT_TASK)
     resume_completes(out, stopped_at)
 
 
