@@ -79,26 +79,30 @@ ACCURACY = [
     Column("time_to_best_s", "time to best (s)", _num(2)),
     Column("time_to_target_s", "time to target (s)", _num(2)),
 ]
+# the columns the model's two tables share
+MEASURED = Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3))
+ERROR = Column("rel_error", "error", _pct)
+OVERSUBSCRIBED = Column("oversubscribed", "oversubscribed")
 PREDICTION = [
     *IDENT,
     Column("calibration", "calibration"),
-    Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3)),
+    MEASURED,
     Column("predicted_t_iter_s", "predicted WFBP (ms)", _num(2, 1e3)),
-    Column("rel_error", "error", _pct),
+    ERROR,
     Column("predicted_no_overlap_s", "predicted no overlap (ms)", _num(2, 1e3)),
     Column("rel_error_no_overlap", "error (no overlap)", _pct),
     Column("measured_efficiency", "measured E", _pct),
     Column("predicted_efficiency", "predicted E", _pct),
     Column("alpha_s", "α (µs)", _num(2, 1e6)),
     Column("beta_s_per_byte", "β (ns/B)", _num(4, 1e9)),
-    Column("oversubscribed", "oversubscribed"),
+    OVERSUBSCRIBED,
 ]
 HELD_OUT = [
     *IDENT,
-    Column("oversubscribed", "oversubscribed"),
-    Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3)),
+    OVERSUBSCRIBED,
+    MEASURED,
     Column("predicted_t_iter_s", "predicted held out (ms)", _num(2, 1e3)),
-    Column("rel_error", "error", _pct),
+    ERROR,
     Column("resid_compute_s", "miss: compute (ms)", _num(2, 1e3)),
     Column("resid_exchange_s", "miss: exchange (ms)", _num(2, 1e3)),
     Column("resid_other_s", "miss: no phase (ms)", _num(2, 1e3)),
