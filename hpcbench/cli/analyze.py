@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, pipeline, resources
+from hpcbench.analysis import metrics, pipeline, resources, tables
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
@@ -34,7 +34,7 @@ from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
 from hpcbench.cli.main import find_command
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.cli.progress import FileProgress, load_sweep
+from hpcbench.cli.progress import FileProgress
 from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.outputs import OutputFile, check_file, probe_writable
@@ -188,3 +188,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def load_sweep(directory: Path, purpose: str) -> tables.SweepData:
+    """A sweep's complete points read with a progress bar, every point file left out named on
+    stderr (as every command names them); an error where none is left `purpose` needs."""
+    with FileProgress() as tick:
+        sweep = tables.load(directory, on_file=tick)
+    for warning in sweep.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if not sweep.points:
+        raise HpcbenchError(f"{directory}: no complete point files to {purpose}")
+    return sweep

@@ -26,8 +26,8 @@ import pandas as pd
 from hpcbench.analysis import published, tables
 from hpcbench.analysis.model import forecast, forecast_spec
 from hpcbench.cli import failure, textable
+from hpcbench.cli.analyze import load_sweep
 from hpcbench.cli.pipes import quiet_on_closed_pipe
-from hpcbench.cli.progress import load_sweep
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.spec import parse_yaml
 from hpcbench.sweepdir.outputs import OutputFile

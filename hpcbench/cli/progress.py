@@ -14,15 +14,12 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from hpcbench.analysis import tables
-from hpcbench.errors import HpcbenchError
 from hpcbench.sweepdir.manifest import ENDED
 
 
@@ -141,15 +138,3 @@ class Poller:
         self._stop.set()
         self._thread.join()
         self.tick()
-
-
-def load_sweep(directory: Path, purpose: str) -> tables.SweepData:
-    """A sweep's complete points read with a progress bar, every point file left out named on
-    stderr (as every command names them); an error where none is left `purpose` needs."""
-    with FileProgress() as tick:
-        sweep = tables.load(directory, on_file=tick)
-    for warning in sweep.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    if not sweep.points:
-        raise HpcbenchError(f"{directory}: no complete point files to {purpose}")
-    return sweep
