@@ -246,7 +246,9 @@ class LocalExecutor(Executor):
         without the directory's lock, which that command holds; the ids of the points it stopped."""
         directory = self.manifest.directory
         running = holder(directory)
-        started = mf.now()
+        # what each point's reason was before: a point this cancel stopped is one whose reason
+        # became "cancelled" since (not one cancelled earlier, however recently)
+        before = {e.id: e.reason for e in mf.Manifest.load(directory).entries.values()}
         active: set[str] = set()
         if running is not None and running.command in (RUN, ""):  # "": written by an older hpcbench
             active = {e.id for e in mf.Manifest.load(directory).entries.values() if e.state in mf.ACTIVE}
@@ -263,5 +265,5 @@ class LocalExecutor(Executor):
         return [
             e.id
             for e in self.manifest.entries.values()
-            if e.id in active or (e.reason.startswith(CANCELLED) and e.ended >= started)
+            if e.id in active or (e.reason.startswith(CANCELLED) and not before.get(e.id, "").startswith(CANCELLED))
         ]
