@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import resource
 import signal
 import sys
 import time
@@ -23,7 +24,7 @@ import numpy as np
 
 import hpcbench
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks import FRAMEWORKS, Framework
+from hpcbench.frameworks import FRAMEWORKS, Framework, workload
 from hpcbench.launchers import LAUNCHERS, detect
 from hpcbench.rank import env as rankenv
 from hpcbench.rank import linkage, provenance
@@ -96,7 +97,9 @@ class Evaluations:
         self._testing_ns += end - start
         checksum = self._framework.parameter_checksum()
         row = (self._rank, epoch, iteration, train_s, (end - start) / 1e9, result.correct, result.total)
-        self._rows.append((*row, result.loss, checksum))
+        device = self._framework.peak_device_memory()
+        host = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+        self._rows.append((*row, result.loss, checksum, -1 if device is None else device, host))
 
     def drain(self) -> np.ndarray:
         rows, self._rows = self._rows, []
@@ -194,6 +197,7 @@ class PointRun:
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
         extra: dict[str, Any] = {
             **framework.versions(),
+            **workload.recorded(point),  # the model FLOPs and tokens per sample, the peak MFU is taken against
             "comm_end": framework.comm_end(),  # what a message's recorded end is (analysis/model/fit.py)
             # how the backend and the launcher behave, as the analysis models them (store/traits.py)
             "traits": self.traits().to_json(),

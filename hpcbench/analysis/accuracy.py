@@ -27,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.spec import Point
-from hpcbench.workloads.architectures import ARCHITECTURES
 from hpcbench.workloads.datasets import SHAPES
+from hpcbench.workloads.zoo import default_classes
 
 SYNTHETIC = "synthetic"
 CHANCE_SIGMAS = 3.0  # above chance: more than this many binomial standard deviations above 1 / classes
@@ -104,8 +104,7 @@ def classes(point: Point) -> int | None:
     own (synthetic data takes the model's); None for a model that does not classify."""
     if point.dataset in SHAPES:
         return SHAPES[point.dataset][1]
-    found = ARCHITECTURES.get(point.model)
-    return found[1] if found is not None and found[1] > 0 else None
+    return default_classes(point.model)
 
 
 def chance(point: Point) -> float | None:

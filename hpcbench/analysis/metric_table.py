@@ -67,6 +67,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("train_time_s", "Training Time (s)", number(2), repeated=True),
     Metric("test_time_s", "Testing Time (s)", number(2), repeated=True),
     Metric("time_to_best_s", "time to best (s)", number(2), repeated=True),
+    # a workload's figures (analysis/workload.py)
+    Metric(
+        "tokens_per_s", "tokens/s", number(0), "tokens/s = X · tokens per sample", "Tokens per second", repeated=True
+    ),
+    Metric("tokens_per_s_device", "tokens/s/device", number(0), "X · tokens per sample / devices"),
+    Metric("tflops_device", "TFLOP/s/device", number(3), "X · model FLOPs per sample / devices / 10¹²"),
+    Metric(
+        "mfu",
+        "MFU",
+        percent,
+        "model FLOP/s per device / the device's dense peak",
+        "Model FLOPs utilisation",
+        repeated=True,
+    ),
+    Metric("peak_device_gib", "device mem (GiB)", number(2), "the allocator's peak, largest rank"),
+    Metric("peak_host_gib", "host RSS (GiB)", number(2), "the process's peak resident set, largest rank"),
+    Metric("perplexity", "perplexity", number(2), "exp(held-out mean token loss)"),
 )
 BY_KEY = {m.key: m for m in METRICS}
 REPEATED = [m.key for m in METRICS if m.repeated]

@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, pipeline, resources, tables
+from hpcbench.analysis import metrics, pipeline, resources, tables, workload
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
@@ -46,6 +46,9 @@ _IDENT = [("point", "point"), ("framework", "framework"), ("backend", "backend")
           ("nodes", "nodes"), ("ranks_per_node", "ranks/node"), ("batch_size", "batch")]  # fmt: skip
 # communication as shares of wall time: while any message was in flight, and after backward ended
 _METRICS = ("t_iter_s", "throughput", "speedup", "efficiency", "lif", "comm_union_share", "comm_exposed_share")
+# a sweep of sequence models adds what transformer benchmarks compare (analysis/workload.py)
+_TOKEN_METRICS = ("tokens_per_s", "tokens_per_s_device", "mfu", "peak_device_gib", "peak_host_gib", "perplexity")
+_NUMERICS = [("precision", "precision"), ("seq_len", "seq"), ("compile", "compile")]
 
 
 def format_table(table: pd.DataFrame) -> str:
@@ -54,11 +57,26 @@ def format_table(table: pd.DataFrame) -> str:
     ident = list(_IDENT)
     if metrics.names_environments(table):
         ident.insert(3, ("env", "env"))
-    shown: list[tuple[str, str, Format]] = [(key, title, str) for key, title in ident]
-    shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS)]
+    tokens = workload.has_tokens(table)
+    if tokens:  # the numerics a transformer sweep varies, where any point sets them
+        ident += [(key, title) for key, title in _NUMERICS if key in table and _varies_or_set(table[key])]
+    shown: list[tuple[str, str, Format]] = [(key, title, _cell) for key, title in ident]
+    shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS + (_TOKEN_METRICS if tokens else ()))]
     rows = [[title for _, title, _ in shown]]
     rows += [[fmt(rec[col]) or "-" for col, _, fmt in shown] for rec in table.to_dict("records")]
     return textable.render(rows, right=True)
+
+
+def _cell(value: object) -> str:
+    """An identifying cell: an integer-valued float (a column with blanks) as an integer."""
+    if isinstance(value, float):
+        return "" if value != value else (str(int(value)) if value.is_integer() else str(value))
+    return str(value)
+
+
+def _varies_or_set(column: pd.Series) -> bool:
+    values = set(column.dropna().astype(str)) - {"", "fp32"}
+    return bool(values) or column.dropna().astype(str).nunique() > 1
 
 
 def _sweep_dir(directory: Path) -> None:
@@ -73,9 +91,11 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     with OutputFile(summary, option="", own=True) as output:  # a read-only sweep stops here
         sweep = load_sweep(directory, "analyse")
         points = [(p.point, p.point_id, p.iterations) for p in sweep.points]
-        table = metrics.summary(points, [p.comm for p in sweep.points])
+        table = workload.add(metrics.summary(points, [p.comm for p in sweep.points]), sweep.points)
         output.write_text(table.to_csv(index=False))
     print(format_table(table), file=out)
+    for note in workload.notes(table):
+        print(f"note: {note}", file=out)
     for note in metrics.warnings_for(table):
         print(f"note: {note}", file=out)
     for p in sweep.points:

@@ -1,11 +1,14 @@
 """`hpcbench check`: the capability report of this interpreter and of every named
-environment (probed by hpcbench.plan.capabilities in each), as tables."""
+environment (probed by hpcbench.plan.capabilities in each), as tables; `hpcbench check --peak`:
+this machine's peak FLOP/s, measured and cached for MFU (hpcbench.devices)."""
 
 from __future__ import annotations
 
+import math
 from typing import TextIO
 
 from hpcbench.cli import textable
+from hpcbench.errors import HpcbenchError
 from hpcbench.plan.capabilities import Report, survey
 
 
@@ -78,4 +81,59 @@ def check(out: TextIO) -> int:
         else:
             print(heading(label, result), file=out)
             print(render(result), file=out)
+    return 0
+
+
+def command(
+    out: TextIO, peak: bool = False, device: str | None = None, dtype: str | None = None, seconds: float | None = None
+) -> int:
+    """`hpcbench check` (the capability tables), or with `peak` the measured peaks."""
+    if peak:
+        return peaks(out, device or "cpu", dtype or "fp32", 2.0 if seconds is None else seconds)
+    alone = [o for o, v in (("--device", device), ("--dtype", dtype), ("--seconds", seconds)) if v is not None]
+    if alone:
+        verb = "goes" if len(alone) == 1 else "go"
+        raise HpcbenchError(f"{', '.join(alone)} {verb} with --peak (hpcbench check --peak {alone[0]} ...)")
+    return check(out)
+
+
+def _dtypes(text: str) -> list[str]:
+    from hpcbench.devices.measure import MEASURABLE
+
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    allowed = f"(allowed: {', '.join(MEASURABLE)}, comma-separated)"
+    if not names:
+        raise HpcbenchError(f"--dtype: no dtype given {allowed}")
+    for name in names:
+        if name not in MEASURABLE:
+            raise HpcbenchError(f"--dtype: {name} cannot be measured {allowed}")
+    return list(dict.fromkeys(names))
+
+
+def peaks(out: TextIO, device: str = "cpu", dtype: str = "fp32", seconds: float = 2.0) -> int:
+    """`hpcbench check --peak`: measure each dtype of `dtype` (comma-separated) on `device`,
+    save each to the cache and print them, with the table's peak where the device is in it."""
+    from hpcbench.devices import cache, measure
+    from hpcbench.devices.peaks import T, match
+
+    dtypes = _dtypes(dtype)
+    if device not in measure.DEVICES:
+        raise HpcbenchError(f"--device: {device} is no device (allowed: {', '.join(measure.DEVICES)})")
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise HpcbenchError(f"--seconds: {seconds:g} is not a positive number of seconds")
+    if device == "cpu" and "tf32" in dtypes:
+        raise HpcbenchError("--dtype: tf32 is a CUDA matmul mode, not measured on --device cpu (measure fp32 there)")
+    rows = [("device", "dtype", "TFLOP/s", "source")]
+    path = None
+    for name in dtypes:
+        measured = measure.measure_peak(device, name, seconds)
+        path = cache.save_measured(measured)
+        rows.append((measured.device, name, f"{measured.flops_per_s / T:.4g}", measured.source))
+        row = match(measured.device)
+        table = row.peak(name, measured.device) if row is not None else None
+        if table is not None:
+            share = f"; measured {measured.flops_per_s / table.flops_per_s:.0%} of it"
+            rows.append((measured.device, name, f"{table.flops_per_s / T:g}", table.source + share))
+    print(textable.render(rows, indent="  "), file=out)
+    print(f"  saved to {path} (MFU takes the table's peak first, else this one)", file=out)
     return 0

@@ -307,7 +307,7 @@ def _count(n: int, what: str) -> str:
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     from hpcbench.cli import check  # probes each environment in a subprocess
 
-    return check.check(out)
+    return check.command(out, args.peak, args.device, args.dtype, args.seconds)
 
 
 def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
@@ -339,6 +339,10 @@ def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
         cmd.add_argument("-v", "--verbose", **verbose)  # type: ignore[arg-type]
     check = sub.add_parser("check", help="what works in this interpreter and each environment (envs/build.sh)")
     check.add_argument("-v", "--verbose", **verbose)  # type: ignore[arg-type]
+    check.add_argument("--peak", action="store_true", help="measure this machine's peak FLOP/s (for MFU) and cache it")
+    check.add_argument("--device", choices=("cpu", "cuda"), help="with --peak: the device to measure (default cpu)")
+    check.add_argument("--dtype", help="with --peak: fp32, tf32, bf16, fp16, comma-separated (default fp32)")
+    check.add_argument("--seconds", type=float, help="with --peak: seconds timed per dtype (default 2)")
     return p
 
 

@@ -73,7 +73,7 @@ class HostMPIFramework(Framework):
     (`cpu_only`) and joins the ranks in its `setup` (`join`)."""
 
     backends: ClassVar[tuple[str, ...]] = ("mpi",)
-    models: ClassVar[tuple[str, ...]] = zoo.NAMES
+    models: ClassVar[tuple[str, ...]] = zoo.IMAGE_NAMES
     datasets: ClassVar[tuple[str, ...]] = data.NAMES
     launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {"mpi": LauncherNeed("it exchanges gradients over MPI")}
     cpu_only: ClassVar[str]  # why another device is refused

@@ -35,6 +35,7 @@ from hpcbench.workloads import zoo
 Problem = tuple[str, str, str]  # (field, what is wrong, what is allowed)
 MOMENTUM = 0.9  # SGD's momentum (`optimizer: momentum`) in every framework
 ADAM = (0.9, 0.999, 1e-8)  # Adam's beta1, beta2, epsilon where a framework spells them out
+WEIGHT_DECAY = 0.1  # AdamW's decoupled weight decay (`optimizer: adamw`), as GPT-2's and Llama's training
 INIT_TIMEOUT_S = 300.0  # default of HPCBENCH_INIT_TIMEOUT_S: how long a backend's rendezvous may take
 
 
@@ -116,6 +117,14 @@ class Framework(ABC):
     # on another, what is allowed), refused as a `backend` problem
     backend_devices: ClassVar[Mapping[str, tuple[str, str, str]]] = {}
     momentum: ClassVar[float] = MOMENTUM  # the optimizer's momentum (`optimizer: momentum`)
+    # the point's `precision` values this framework trains in (unset: fp32), and its
+    # `compile` values (its compiler's modes; none: it runs eagerly only, or always compiles)
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    optimizers: ClassVar[tuple[str, ...]] = ("sgd", "momentum", "adam")  # the point's `optimizer` values
+    compile_modes: ClassVar[tuple[str, ...]] = ()
+    # why a model of the zoo is not among `models`, where a reason is known (e.g. the
+    # transformers in a framework that has no fused attention)
+    refusals: ClassVar[Mapping[str, str]] = {}
 
     _data: RankData | None = None  # set by `load_data` in `build`
 
@@ -128,18 +137,26 @@ class Framework(ABC):
         if point.device != device:
             yield "backend", problem, allowed
         if point.model not in cls.models:
-            yield "model", f"{point.model!r} is not a model of framework {cls.name!r}", ", ".join(cls.models)
+            why = cls.refusals.get(point.model, f"{point.model!r} is not a model of framework {cls.name!r}")
+            yield "model", why, ", ".join(cls.models)
             return
+        yield from cls._check_numerics(point)
         if point.dataset not in cls.datasets:
             yield "dataset", f"{point.dataset!r} is not supported by {cls.name!r}", ", ".join(cls.datasets)
             return
-        if point.dataset != "synthetic" and not point.data_dir:
-            yield "data_dir", f"dataset {point.dataset!r} reads its files from data_dir, which is not set", "a folder"
         if point.model in zoo.NAMES:
-            try:
-                model_for(point)
-            except HpcbenchError as exc:
-                yield "model", str(exc), f"models whose input fits dataset {point.dataset!r}"
+            yield from _check_data(point)
+
+    @classmethod
+    def _check_numerics(cls, point: Point) -> Iterable[Problem]:
+        """The point's precision and compile mode against this framework's."""
+        if point.optimizer not in cls.optimizers:
+            yield "optimizer", f"{cls.name} has no {point.optimizer!r} optimizer here", ", ".join(cls.optimizers)
+        if point.precision is not None and point.precision not in cls.precisions:
+            yield "precision", f"{cls.name} does not train in {point.precision}", ", ".join(cls.precisions)
+        if point.compile is not None and point.compile not in cls.compile_modes:
+            allowed = ", ".join(cls.compile_modes) or f"none: leave it unset ({cls.name} has no compile modes)"
+            yield "compile", f"{point.compile!r} is not a compile mode of {cls.name}", allowed
 
     @classmethod
     def traits_of(cls, backend: str) -> Traits:
@@ -210,7 +227,7 @@ class Framework(ABC):
         shard = shard_for(point, model, rank, size)
         shard = data.Shard(self.prepare_split(shard.train), self.prepare_split(shard.test), shard.classes)
         batches = data.Batches(shard.train, point.batch_size, point.seed, rank, point.dataset != "synthetic")
-        self._data = RankData(shard, batches, point.batch_size, bool(model.classes))
+        self._data = RankData(shard, batches, point.batch_size, model.task == "classify")
         return shard
 
     def prepare_split(self, split: data.Split) -> data.Split:
@@ -239,6 +256,11 @@ class Framework(ABC):
     def parameter_checksum(self) -> float:
         """`checksum` of the model's weights (after `build`); NaN if not available."""
         return float("nan")
+
+    def peak_device_memory(self) -> int | None:
+        """The most device memory this rank's framework has had allocated so far (its
+        allocator's peak), in bytes; None on a CPU or without such a counter."""
+        return None
 
     def evaluate(self) -> Evaluation | None:
         """Test this rank's held-out shard with the current weights, batch by batch
@@ -298,6 +320,11 @@ class Framework(ABC):
         """Release the distributed backend."""
 
 
+def transformers_refused(why: str) -> dict[str, str]:
+    """`refusals` for a framework that builds none of the zoo's transformers: each with `why`."""
+    return {name: why for name in zoo.TRANSFORMER_NAMES}
+
+
 def cpu_problems(point: Point, name: str, device_why: str) -> Iterable[Problem]:
     """What a framework that runs on the CPU only and has no settings refuses: another device
     (`device_why` says why), any `extra` setting."""
@@ -322,17 +349,49 @@ def checksum(arrays: Iterable[Any]) -> float:
     return total
 
 
+def _check_data(point: Point) -> Iterable[Problem]:
+    """The point's dataset, data folder and sequence length against its model."""
+    default = zoo.model(point.model)
+    reads = "tokens" if default.tokens else "images"
+    kind = data.KINDS.get(point.dataset, reads)
+    if kind != reads:
+        allowed = [name for name in data.NAMES if data.KINDS.get(name, reads) == reads]
+        yield "dataset", f"{point.dataset!r} holds {kind}; model {point.model!r} reads {reads}", ", ".join(allowed)
+        return
+    if point.dataset not in ("synthetic", "text") and not point.data_dir:
+        yield "data_dir", f"dataset {point.dataset!r} reads its files from data_dir, which is not set", "a folder"
+    if point.seq_len is not None and not default.tokens:
+        yield "seq_len", f"model {point.model!r} reads {reads}, not token sequences", "unset"
+        return
+    try:
+        model_for(point)
+    except HpcbenchError as exc:
+        field = "seq_len" if point.seq_len is not None else "model"
+        yield field, str(exc), f"models whose input fits dataset {point.dataset!r}"
+
+
 def model_for(point: Point) -> zoo.Model:
-    """The point's model, shaped for its dataset (synthetic data takes the model's own input)."""
+    """The point's model, shaped for its dataset (synthetic data takes the model's own input)
+    and, for a sequence model, the point's `seq_len`."""
     default = zoo.model(point.model)
     shape, classes = data.input_of(point.dataset, default.input, default.classes)
+    if default.tokens and point.seq_len is not None:
+        shape = (point.seq_len,)
     return zoo.model(point.model, shape, classes)
 
 
 def shard_for(point: Point, model: zoo.Model, rank: int, size: int) -> data.Shard:
     """This rank's part of the point's dataset, shaped for `model`."""
     return data.load(
-        point.dataset, point.data_dir, model.input, model.classes, point.batch_size, rank, size, point.seed
+        point.dataset,
+        point.data_dir,
+        model.input,
+        model.classes,
+        point.batch_size,
+        rank,
+        size,
+        point.seed,
+        model.task,
     )
 
 

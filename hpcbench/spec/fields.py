@@ -12,8 +12,10 @@ from hpcbench.errors import SpecError
 from hpcbench.spec.point import Scalar, _sorted_items, freeze
 
 Device = Literal["cpu", "cuda"]
-Optimizer = Literal["sgd", "momentum", "adam"]
+Optimizer = Literal["sgd", "momentum", "adam", "adamw"]
 Writer = Literal["auto", "mpio", "gather"]
+Precision = Literal["fp32", "tf32", "bf16", "fp16"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
 DEVICES: tuple[str, ...] = get_args(Device)
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
 WRITERS: tuple[str, ...] = get_args(Writer)
@@ -31,6 +33,7 @@ MAX_ITERATIONS = 10**9  # timed iterations, and warm-up ones
 MAX_EPOCHS = 10**6
 MAX_THREADS = 4096  # per rank
 MAX_SEED = 2**32 - 1  # numpy's seeds (Chainer and MXNet seed its global generator)
+MAX_SEQ_LEN = 2**20  # tokens per sample: 1,048,576
 
 
 def _int(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
@@ -163,4 +166,7 @@ def checkers(choices: Choices, sections: Mapping[str, OptionsParser]) -> dict[st
         "extra": _extra,
         "slurm": _section_items(sections.get("slurm")),
         "epochs": _optional(_int(1, MAX_EPOCHS)),
+        "seq_len": _optional(_int(1, MAX_SEQ_LEN)),
+        "precision": _optional(_one_of(PRECISIONS)),
+        "compile": _optional(_text),  # checked per framework, once points exist
     }

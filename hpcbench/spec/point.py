@@ -53,6 +53,9 @@ class Point:
     extra: tuple[tuple[str, Scalar], ...] = ()  # site- or framework-specific options
     slurm: tuple[tuple[str, Any], ...] = ()  # per-point Slurm option overrides (slurm_options)
     epochs: int | None = None  # train for whole epochs of the dataset instead of `iterations`
+    seq_len: int | None = None  # tokens per sample of a sequence model; None: the model's own
+    precision: str | None = None  # fp32 | tf32 | bf16 | fp16 (mixed precision); None: fp32
+    compile: str | None = None  # the framework's compiler and its mode (torch: default, ...); None: eager
 
     @property
     def ranks(self) -> int:

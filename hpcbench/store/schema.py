@@ -63,7 +63,12 @@ import numpy as np
 #                       weighted by its time on a CPU, since the sample before that read every
 #                       thread): the wait of the threads that did the work, where a framework
 #                       computes on its own threads. Readers fill it with NaN in older files.
-SCHEMA_VERSION = 7
+#   8 (hpcbench 0.8.0): eval.peak_device_bytes (the most device memory the rank's framework had
+#                       allocated so far: its allocator's peak; -1 on a CPU or where the framework
+#                       has no such counter) and eval.peak_host_bytes (the rank process's peak
+#                       resident set, getrusage's ru_maxrss). Readers fill both with -1 in older
+#                       files.
+SCHEMA_VERSION = 8
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -152,6 +157,8 @@ EVAL_DTYPE = np.dtype(
         ("total", "<i8"),
         ("loss", "<f4"),  # mean test loss
         ("param_checksum", "<f8"),  # frameworks.base.checksum of the weights: equal on ranks that agree
+        ("peak_device_bytes", "<i8"),  # the framework allocator's peak device memory so far (-1: none)
+        ("peak_host_bytes", "<i8"),  # the process's peak resident set so far (ru_maxrss)
     ]
 )
 

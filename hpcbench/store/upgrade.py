@@ -145,7 +145,14 @@ def to_7(parts: Parts) -> None:
     _resources_with(parts, (schema.WORK_WAIT,))
 
 
-STEPS: dict[int, Callable[[Parts], None]] = {2: to_2, 3: to_3, 4: to_4, 5: to_5, 6: to_6, 7: to_7}
+def to_8(parts: Parts) -> None:
+    """Schema 8 added the `/eval` columns `peak_device_bytes` and `peak_host_bytes`: -1 (not
+    measured) in an older file."""
+    if parts.eval is not None:
+        parts.eval = with_columns(parts.eval, schema.EVAL_DTYPE, ("peak_device_bytes", "peak_host_bytes"))
+
+
+STEPS: dict[int, Callable[[Parts], None]] = {2: to_2, 3: to_3, 4: to_4, 5: to_5, 6: to_6, 7: to_7, 8: to_8}
 assert sorted(STEPS) == list(range(2, schema.SCHEMA_VERSION + 1)), "a step for every schema version"
 
 

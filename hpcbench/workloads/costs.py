@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from hpcbench.workloads.layers import BatchNorm, Conv, Dense, Layer, Model, Shape
+from hpcbench.workloads.flops import layer_matmul_flops
+from hpcbench.workloads.layers import BatchNorm, Layer, Model, Shape
 from hpcbench.workloads.shapes import layer_parameters, leaves, output_shape, size
 
 FLOAT32_BYTES = 4
@@ -40,14 +41,12 @@ def _leaves(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shap
 
 
 def layer_flops(layer: Layer, shape: Shape, out: Shape) -> float:
-    """Forward FLOPs per sample of one leaf layer with input `shape` and output `out`."""
-    if isinstance(layer, Conv):
-        return 2.0 * shape[0] * layer.kernel[0] * layer.kernel[1] * size(out)
-    if isinstance(layer, Dense):
-        return 2.0 * shape[0] * layer.out
+    """Forward FLOPs per sample of one leaf layer with input `shape` and output `out`: its
+    matrix products (`flops.layer_matmul_flops`: convolutions, dense layers, a transformer's
+    attention and MLP) and BatchNorm's element-wise scale and shift."""
     if isinstance(layer, BatchNorm):
         return 4.0 * size(shape)
-    return 0.0
+    return layer_matmul_flops(layer, shape)[0]
 
 
 def tensor_costs(m: Model) -> list[TensorCost]:

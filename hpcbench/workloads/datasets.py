@@ -7,6 +7,15 @@
   `t10k-images-idx3-ubyte`, `t10k-labels-idx1-ubyte`, each optionally `.gz`) in `data_dir`.
 - `cifar10`: the binary version (`data_batch_1.bin` ... `data_batch_5.bin`, `test_batch.bin`)
   in `data_dir` or in its `cifar-10-batches-bin/` folder.
+- `text`: byte-level tokens (a vocabulary of 256) of the `*.txt` files in `data_dir`, or,
+  without `data_dir`, of the corpus every Python ships: the documentation topics of
+  `pydoc_data` (about 466 KB of English prose and grammar). The last tenth is held out.
+
+For a sequence model (`Model.tokens`) samples are token ids (n, S) as int64: a language
+model's targets are the next tokens (n, S); a masked-LM's (BERT) the original tokens where
+15 % of the inputs were replaced by the mask token (the vocabulary's last id), -1 elsewhere
+(ignored by the loss). Synthetic tokens follow a fixed random successor for each token
+three times in four, so a model can learn them.
 
 Nothing is downloaded: the files must be on the cluster's file system already. Images come
 out as float32 NCHW, normalised per channel; labels as int64. Rank r of n takes every n-th
@@ -26,9 +35,16 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError
 
-NAMES = ("synthetic", "mnist", "cifar10")
+NAMES = ("synthetic", "mnist", "cifar10", "text")
 # Image shape and classes of the real datasets (synthetic takes the model's).
 SHAPES: dict[str, tuple[tuple[int, int, int], int]] = {"mnist": ((1, 28, 28), 10), "cifar10": ((3, 32, 32), 10)}
+# What the samples of a real dataset are: images or tokens (synthetic: what the model reads).
+KINDS: dict[str, str] = {"mnist": "images", "cifar10": "images", "text": "tokens"}
+BYTE_VOCAB = 256  # the text dataset's vocabulary: one token per byte
+HELD_OUT = 0.1  # the text dataset's held-out share (its end)
+MASKED = 0.15  # masked-LM: the share of input tokens replaced by the mask token
+SUCCESSOR = 0.75  # synthetic tokens: how often a token is followed by its fixed successor
+IGNORED = -1  # a target the loss ignores (masked-LM's unmasked positions)
 
 SYNTHETIC_TRAIN_BATCHES = 8  # distinct synthetic training batches per rank, cycled
 SYNTHETIC_TEST_BATCHES = 4  # held-out synthetic batches per rank
@@ -42,8 +58,8 @@ _CIFAR_RECORD = 1 + 3 * 32 * 32
 
 @dataclass(frozen=True)
 class Split:
-    x: np.ndarray  # (n, C, H, W) float32
-    y: np.ndarray  # (n,) int64
+    x: np.ndarray  # (n, C, H, W) float32; token ids (n, S) int64
+    y: np.ndarray  # (n,) int64; a sequence model's targets (n, S) int64
 
     def __len__(self) -> int:
         return len(self.y)
@@ -169,8 +185,90 @@ def synthetic(shape: tuple[int, ...], classes: int, batch_size: int, rank: int, 
 
 
 def input_of(dataset: str, default_shape: tuple[int, ...], default_classes: int) -> tuple[tuple[int, ...], int]:
-    """(image shape, classes) a model trains on with `dataset`."""
+    """(input shape, classes) a model trains on with `dataset` (text: the model's sequence
+    length, the byte vocabulary)."""
+    if dataset == "text":
+        return default_shape, BYTE_VOCAB
     return SHAPES.get(dataset, (default_shape, default_classes))
+
+
+# --------------------------------------------------------------------------------------
+# Tokens.
+
+
+def read_text(directory: Path | None) -> bytes:
+    """The bytes of the `*.txt` files in `directory` (sorted by name, one blank line between
+    files), or of the documentation topics every Python ships (`pydoc_data`)."""
+    if directory is None:
+        from pydoc_data.topics import topics
+
+        return "\n\n".join(topics[k] for k in sorted(topics)).encode()
+    files = sorted(directory.glob("*.txt"))
+    if not files:
+        raise DataError(f"{directory}: no *.txt files (the text dataset reads UTF-8 text files)")
+    return b"\n\n".join(f.read_bytes() for f in files)
+
+
+def _targets(windows: np.ndarray, task: str, vocab: int, rng: np.random.Generator) -> Split:
+    """Inputs and targets of a language model (next tokens) or a masked-LM, from windows of
+    S + 1 tokens."""
+    if task == "lm":
+        return Split(np.ascontiguousarray(windows[:, :-1]), np.ascontiguousarray(windows[:, 1:]))
+    tokens = windows[:, :-1]
+    masked = rng.random(tokens.shape) < MASKED
+    x = np.where(masked, vocab - 1, tokens)
+    y = np.where(masked, tokens, IGNORED)
+    return Split(x.astype(np.int64), y.astype(np.int64))
+
+
+def token_windows(text: bytes, length: int) -> np.ndarray:
+    """Non-overlapping windows of `length` byte tokens, as int64 (n, length)."""
+    tokens = np.frombuffer(text, dtype=np.uint8)
+    n = len(tokens) // length
+    return tokens[: n * length].reshape(n, length).astype(np.int64)
+
+
+def text_shards(
+    directory: Path | None, seq_len: int, task: str, batch_size: int, rank: int, size: int, seed: int
+) -> Shard:
+    """Rank `rank` of `size`'s shard of the text dataset: windows of the first nine tenths
+    to train, of the last tenth to test."""
+    text = read_text(directory)
+    cut = int(len(text) * (1 - HELD_OUT))
+    rng = np.random.default_rng([seed, rank])
+    splits = []
+    for part in (text[:cut], text[cut:]):
+        windows = token_windows(part, seq_len + 1)
+        order = np.random.default_rng(seed).permutation(len(windows))[rank::size]
+        order.sort()
+        splits.append(_targets(windows[order], task, BYTE_VOCAB, rng))
+    train, test = splits
+    if len(train) < batch_size or len(test) < 1:
+        raise DataError(
+            f"text: rank {rank}'s shard has {len(train)} training and {len(test)} held-out sequences of "
+            f"{seq_len} tokens, fewer than a batch of {batch_size} (or none held out): give more text or a "
+            "shorter seq_len"
+        )
+    return Shard(train, test, BYTE_VOCAB)
+
+
+def synthetic_tokens(seq_len: int, vocab: int, task: str, batch_size: int, rank: int, seed: int) -> tuple[Split, Split]:
+    """This rank's synthetic token splits: each token is followed by its successor (a fixed
+    random permutation, the same on every rank) three times in four, else by a random one."""
+    usable = vocab - 1 if task == "mlm" else vocab  # the masked-LM's last id is the mask
+    successor = np.random.default_rng(seed).permutation(usable)
+    rng = np.random.default_rng([seed, rank + 1])
+
+    def split(n: int) -> Split:
+        windows = np.empty((n, seq_len + 1), dtype=np.int64)
+        windows[:, 0] = rng.integers(0, usable, n)
+        follow = rng.random((n, seq_len)) < SUCCESSOR
+        noise = rng.integers(0, usable, (n, seq_len))
+        for t in range(seq_len):
+            windows[:, t + 1] = np.where(follow[:, t], successor[windows[:, t]], noise[:, t])
+        return _targets(windows, task, vocab, rng)
+
+    return split(SYNTHETIC_TRAIN_BATCHES * batch_size), split(SYNTHETIC_TEST_BATCHES * batch_size)
 
 
 def load(
@@ -182,11 +280,19 @@ def load(
     rank: int,
     size: int,
     seed: int,
+    task: str = "classify",
 ) -> Shard:
-    """Rank `rank` of `size`'s shard of `dataset` (synthetic: of `shape` and `classes`)."""
+    """Rank `rank` of `size`'s shard of `dataset` (synthetic: of `shape` and `classes`; a
+    sequence model's (`task` "lm" or "mlm") shape is (S,) and its classes the vocabulary)."""
+    tokens = task in ("lm", "mlm")
     if dataset == "synthetic":
-        train, test = synthetic(shape, classes, batch_size, rank, seed)
+        if tokens:
+            train, test = synthetic_tokens(shape[0], classes, task, batch_size, rank, seed)
+        else:
+            train, test = synthetic(shape, classes, batch_size, rank, seed)
         return Shard(train, test, classes)
+    if dataset == "text":
+        return text_shards(Path(data_dir) if data_dir else None, shape[0], task, batch_size, rank, size, seed)
     if dataset not in READERS:
         raise DataError(f"unknown dataset {dataset!r} (known: {', '.join(NAMES)})")
     if not data_dir:
@@ -219,7 +325,7 @@ class Batches:
         self._step = self.steps_per_epoch  # starts a new epoch on the first call
         self._order = np.arange(len(split))
         self._x = np.empty((batch_size, *split.x.shape[1:]), dtype=split.x.dtype)
-        self._y = np.empty(batch_size, dtype=split.y.dtype)
+        self._y = np.empty((batch_size, *split.y.shape[1:]), dtype=split.y.dtype)
 
     def next_index(self) -> slice | np.ndarray:
         """Which samples of the split make the next batch: a slice (in order) or indices."""

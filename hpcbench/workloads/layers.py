@@ -15,7 +15,20 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-Shape = tuple[int, ...]  # (C, H, W) for images, (F,) after Flatten
+    from hpcbench.workloads.blocks import (
+        Attention,
+        Block,
+        Embedding,
+        FeedForward,
+        Norm,
+        Patches,
+        Pooling,
+        Positions,
+        TokenHead,
+    )
+
+Shape = tuple[int, ...]  # (C, H, W) for images, (F,) after Flatten, (S,) token ids, (S, D) hidden states
+OBJECTIVES = ("classify", "reconstruct", "lm", "mlm")
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,15 @@ class Flatten:
 
 @dataclass(frozen=True)
 class Dense:
+    """A matrix product over the last dimension: (F,) -> (out,), or (S, F) -> (S, out)."""
+
     out: int
     bias: bool = True
 
 
 @dataclass(frozen=True)
 class Activation:
-    kind: str  # "relu" | "sigmoid"
+    kind: str  # "relu" | "sigmoid" | "gelu"
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,7 @@ class Residual:
 # A string: `X | Y` of classes is evaluated here, which Python 3.9 (the Caffe environment's ranks) cannot do.
 Layer: TypeAlias = (
     "Conv | BatchNorm | Pool | GlobalAvgPool | Flatten | Dense | Activation | Dropout | Concat | Residual"
+    " | Embedding | Positions | Patches | Norm | Attention | FeedForward | Block | TokenHead | Pooling"
 )
 
 
@@ -94,10 +110,22 @@ class Model:
     input: Shape  # default (C, H, W): synthetic data takes it, real data brings its own
     classes: int  # 0: not a classifier (trained to reconstruct its input)
     layers: tuple[Layer, ...]
+    # What it is trained to do (OBJECTIVES); "" for the image models: "classify" with
+    # classes, else "reconstruct". "lm": predict every next token (classes: the vocabulary);
+    # "mlm": predict the masked tokens (BERT).
+    objective: str = ""
 
     @property
     def task(self) -> str:
+        if self.objective:
+            return self.objective
         return "classify" if self.classes else "reconstruct"
+
+    @property
+    def tokens(self) -> int:
+        """Tokens in one sample: the sequence length of a model that reads token ids, 0 for
+        one that reads images (ViT included: its throughput is counted in images)."""
+        return self.input[0] if len(self.input) == 1 and self.task in ("lm", "mlm") else 0
 
 
 RELU = Activation("relu")

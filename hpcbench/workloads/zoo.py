@@ -26,8 +26,13 @@ resnet50           3x224x224    1000     ResNet-50 v1.5 (000, 004)
 inception_v3       3x299x299    1000     Inception v3 without the auxiliary head (004)
 =================  ===========  =======  =====================================================
 
+and the transformers (`transformers.py`: gpt2_124m, gpt2_350m, llama_1b, bert_base, vit_b16
+and their tiny variants gpt_tiny, llama_tiny, bert_tiny, vit_tiny), built from the records of
+`blocks.py`.
+
 A model built on a real dataset takes the dataset's image shape and class count instead
-(LeNet on CIFAR-10 is 3x32x32, 10 classes); `shapes` refuses inputs too small for a model.
+(LeNet on CIFAR-10 is 3x32x32, 10 classes; a language model on byte-level text has a
+vocabulary of 256); `shapes` refuses inputs too small for a model.
 
 This module is the zoo's public face: `model`, `NAMES`, and, re-exported, the layer records
 (`layers.py`), the architectures' table (`architectures.py`) and shape inference and
@@ -38,6 +43,17 @@ from __future__ import annotations
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.workloads.architectures import ARCHITECTURES
+from hpcbench.workloads.blocks import (
+    Attention,
+    Block,
+    Embedding,
+    FeedForward,
+    Norm,
+    Patches,
+    Pooling,
+    Positions,
+    TokenHead,
+)
 from hpcbench.workloads.layers import (
     RELU,
     Activation,
@@ -66,23 +82,35 @@ from hpcbench.workloads.shapes import (
     shapes,
     size,
 )
+from hpcbench.workloads.transformers import OBJECTIVES, TRANSFORMERS
 
 __all__ = [
+    "IMAGE_NAMES",
     "NAMES",
     "RELU",
+    "TRANSFORMER_NAMES",
     "Activation",
+    "Attention",
     "BatchNorm",
+    "Block",
     "Concat",
     "Conv",
     "Dense",
     "Dropout",
+    "Embedding",
+    "FeedForward",
     "Flatten",
     "GlobalAvgPool",
     "Layer",
     "Model",
+    "Norm",
+    "Patches",
     "Pool",
+    "Pooling",
+    "Positions",
     "Residual",
     "Shape",
+    "TokenHead",
     "conv",
     "conv_bn_relu",
     "conv_relu",
@@ -95,19 +123,30 @@ __all__ = [
     "shapes",
 ]
 
-NAMES: tuple[str, ...] = tuple(ARCHITECTURES)
+IMAGE_NAMES: tuple[str, ...] = tuple(ARCHITECTURES)  # the seed papers' models
+TRANSFORMER_NAMES: tuple[str, ...] = tuple(TRANSFORMERS)
+NAMES: tuple[str, ...] = IMAGE_NAMES + TRANSFORMER_NAMES
+_ALL = {**ARCHITECTURES, **TRANSFORMERS}
+
+
+def default_classes(name: str) -> int | None:
+    """The model's own class count (a language model's: its vocabulary), None for an unknown
+    name or a model that does not classify."""
+    found = _ALL.get(name)
+    return found[1] if found is not None and found[1] > 0 else None
 
 
 def model(name: str, input_shape: Shape | None = None, classes: int | None = None) -> Model:
-    """The model `name`, for `input_shape` (C, H, W) and `classes` (defaults: its own)."""
+    """The model `name`, for `input_shape` ((C, H, W); a sequence model's (S,)) and `classes`
+    (a language model's vocabulary; defaults: its own)."""
     try:
-        default_input, default_classes, layers = ARCHITECTURES[name]
+        default_input, default_n, layers = _ALL[name]
     except KeyError:
         raise HpcbenchError(f"unknown model {name!r} (known: {', '.join(NAMES)})") from None
     shape = tuple(input_shape or default_input)
-    n_classes = default_classes if classes is None or default_classes == 0 else classes
+    n_classes = default_n if classes is None or default_n == 0 else classes
     # The autoencoder's last layer rebuilds the input: its width is the input's size.
-    arg = n_classes if default_classes else size(shape)
-    built = Model(name, shape, n_classes, layers(arg))
+    arg = n_classes if default_n else size(shape)
+    built = Model(name, shape, n_classes, layers(arg), OBJECTIVES.get(name, ""))
     shapes(built)  # refuse inputs the model cannot take, here rather than inside a framework
     return built

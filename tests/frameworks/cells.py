@@ -8,15 +8,17 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from hpcbench.frameworks.base import model_for
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 
 
-def gradient_bytes(data: PointData) -> int:
-    """The model's gradient bytes (float32): what one rank's messages of one op carry per iteration."""
-    return 4 * zoo.count_parameters(zoo.model(data.point.model))
+def gradient_bytes(data: PointData, itemsize: int = 4) -> int:
+    """The model's gradient bytes (`itemsize` bytes a parameter; float32 by default): what one
+    rank's messages of one op carry per iteration."""
+    return itemsize * zoo.count_parameters(model_for(data.point))
 
 
 def check_phases(data: PointData, iterations: int, timed: Iterable[str], zero: Iterable[str] = ()) -> None:
@@ -35,14 +37,16 @@ def check_phases(data: PointData, iterations: int, timed: Iterable[str], zero: I
     assert (phases <= it["t_end"] - it["t_start"] + 1e-9).all(), "phases are disjoint parts of the iteration"
 
 
-def check_messages(data: PointData, ops: Iterable[str] = ("allreduce",), per_op: int | None = None) -> None:
+def check_messages(
+    data: PointData, ops: Iterable[str] = ("allreduce",), per_op: int | None = None, itemsize: int = 4
+) -> None:
     """Exactly the messages of `ops`; per rank, iteration and op they carry the model's
     gradient bytes (in `per_op` messages, when given), each starting once backward has begun
     (a gradient is ready) and ending by the end of the iteration's comm phase."""
     comm, it, point = data.comm, data.iterations, data.point
     wanted = {op.encode() for op in ops}
     assert set(comm["op"].tolist()) == wanted
-    grad_bytes = gradient_bytes(data)
+    grad_bytes = gradient_bytes(data, itemsize)
     for rank in range(point.ranks):
         for i in range(it.shape[1]):
             mine = comm[(comm["rank"] == rank) & (comm["iteration"] == i)]
@@ -64,3 +68,14 @@ def check_weights_agree(data: PointData) -> None:
     assert sorted(ev["rank"].tolist()) == list(range(data.point.ranks))
     assert np.isfinite(ev["param_checksum"]).all()
     assert len(set(ev["param_checksum"].tolist())) == 1, "weights identical on every rank"
+
+
+def check_learns_tokens(data: PointData, window: int = 5) -> None:
+    """A sequence model learnt on every rank: the mean loss of the last `window` iterations is
+    below that of the first `window`; the held-out loss is finite and every rank tested
+    tokens (no accuracy: a sequence model's test is its loss, i.e. its perplexity)."""
+    it, ev = data.iterations, data.eval
+    first = it["loss"][:, :window].mean(axis=1)
+    last = it["loss"][:, -window:].mean(axis=1)
+    assert (last < first).all(), (data.point.backend, first, last)
+    assert np.isfinite(ev["loss"]).all() and (ev["total"] == 0).all(), ev

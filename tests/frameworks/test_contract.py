@@ -172,7 +172,12 @@ def test_each_framework_declares_its_backends_and_their_traits(name: str) -> Non
     cls = FRAMEWORKS.get(name)
     if name in BACKENDS:
         assert set(cls.backends) == BACKENDS[name]
-        assert cls.models == (("sleep",) if name == "synthetic" else zoo.NAMES)  # every zoo model
+        if name == "synthetic":
+            assert cls.models == ("sleep",)
+        else:  # every image model; every transformer, or the reason it is not built
+            assert set(zoo.IMAGE_NAMES) <= set(cls.models)
+            assert set(cls.models) | set(cls.refusals) == set(zoo.NAMES)
+            assert all(len(why) > 40 for why in cls.refusals.values())
     assert set(cls.traits) == set(cls.backends), "every backend declares its traits"
     assert set(cls.launcher_needs) <= set(cls.backends)
     assert set(cls.backend_devices) <= set(cls.backends)

@@ -26,7 +26,7 @@ def test_parameter_counts_match_the_reference_networks(name: str) -> None:
     assert models.count_parameters(models.model(name)) == REFERENCE[name]
 
 
-@pytest.mark.parametrize("name", models.NAMES)
+@pytest.mark.parametrize("name", models.IMAGE_NAMES)
 def test_torch_builds_exactly_the_described_network(name: str) -> None:
     spec = models.model(name)
     module = torch_layers.build(spec)

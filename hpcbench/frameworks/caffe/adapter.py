@@ -38,7 +38,7 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks._mpi import HostMPIFramework
-from hpcbench.frameworks.base import FRAMEWORKS, Problem, checksum, model_for
+from hpcbench.frameworks.base import FRAMEWORKS, Problem, checksum, model_for, transformers_refused
 from hpcbench.frameworks.caffe import prototxt
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -57,6 +57,9 @@ class CaffeFramework(HostMPIFramework):
     requires = ("caffe", "mpi4py")
     traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
     cpu_only = "the caffe environment's Caffe is a CPU build"
+    refusals: ClassVar[Mapping[str, str]] = transformers_refused(
+        "Caffe 1.0 has no attention, layer-norm or embedding-lookup layers"
+    )
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:

@@ -33,7 +33,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for, no_settings
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    Framework,
+    LauncherNeed,
+    Problem,
+    checksum,
+    model_for,
+    no_settings,
+    transformers_refused,
+)
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
@@ -79,7 +88,11 @@ class ChainerFramework(Framework):
     requires = ()  # MODULES, imported by `unavailable` after the fix of `import_chainer`
     backends = ("naive", "pure_nccl")
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"pure_nccl": ("cupy",)}
-    models = zoo.NAMES
+    models = zoo.IMAGE_NAMES
+    refusals: ClassVar[Mapping[str, str]] = transformers_refused(
+        "Chainer 7.8.1 (its last release, 2019) has no fused attention and no bf16 training: a transformer built "
+        "of its primitives would misreport it"
+    )
     datasets = data.NAMES
     traits: ClassVar[Mapping[str, Traits]] = {
         "naive": Traits(mpi_exchange=True),  # one mpi4py all-reduce per parameter, after backward

@@ -33,7 +33,7 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError, one_line
 from hpcbench.frameworks._mpi import HostMPIFramework
-from hpcbench.frameworks.base import FRAMEWORKS, checksum, model_for
+from hpcbench.frameworks.base import FRAMEWORKS, checksum, model_for, transformers_refused
 from hpcbench.frameworks.cntk import bridge
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -52,6 +52,9 @@ class CntkFramework(HostMPIFramework):
     requires = ("mpi4py",)
     traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
     cpu_only = "cntk runs on the CPU here (gradients exchanged from host memory)"
+    refusals: ClassVar[Mapping[str, str]] = transformers_refused(
+        "CNTK 2.7 (its last release, 2019) has no fused attention and no bf16 training"
+    )
 
     @classmethod
     def unavailable(cls, backend: str) -> str | None:

@@ -49,7 +49,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
+from hpcbench.frameworks.base import (
+    FRAMEWORKS,
+    Framework,
+    LauncherNeed,
+    Problem,
+    checksum,
+    model_for,
+    transformers_refused,
+)
 from hpcbench.frameworks.mxnet import kvstore
 from hpcbench.frameworks.mxnet.kvstore import KVSTORES
 from hpcbench.rank.collectives import Comm
@@ -72,7 +80,11 @@ class MXNetFramework(Framework):
     requires = ("mxnet",)
     backends = (*KVSTORES, "horovod")
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"horovod": ("horovod.mxnet",)}
-    models = zoo.NAMES
+    models = zoo.IMAGE_NAMES
+    refusals: ClassVar[Mapping[str, str]] = transformers_refused(
+        "MXNet 1.9.1 (its last release) has a fused self-attention (interleaved_matmul_selfatt_*) for CUDA only: "
+        "on the CPU a transformer would be built of batch_dot and softmax, which would misreport the framework"
+    )
     datasets = data.NAMES
     traits: ClassVar[Mapping[str, Traits]] = {
         # a push and a pull per parameter to the kvstore's servers, which run the optimizer

@@ -39,7 +39,7 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks._mpi import HostMPIFramework
-from hpcbench.frameworks.base import ADAM, FRAMEWORKS, Problem, checksum, model_for
+from hpcbench.frameworks.base import ADAM, FRAMEWORKS, Problem, checksum, model_for, transformers_refused
 from hpcbench.frameworks.jax import weights as zoo_weights
 from hpcbench.frameworks.theano import library
 from hpcbench.rank.collectives import Comm
@@ -56,7 +56,7 @@ _SLOW = (
     "forward function alone); Theano (the legacy environment) compiles it in about 6"
 )
 PYTENSOR_TOO_SLOW = {"googlenet": _SLOW, "resnet50": _SLOW, "inception_v3": _SLOW}
-PYTENSOR_MODELS = tuple(name for name in zoo.NAMES if name not in PYTENSOR_TOO_SLOW)
+PYTENSOR_MODELS = tuple(name for name in zoo.IMAGE_NAMES if name not in PYTENSOR_TOO_SLOW)
 
 
 @FRAMEWORKS.register
@@ -65,6 +65,10 @@ class TheanoFramework(HostMPIFramework):
     requires = ()  # Theano or PyTensor, whichever imports: see `unavailable`
     traits: ClassVar[Mapping[str, Traits]] = {"mpi": Traits(mpi_exchange=True)}  # blocking, after backward
     cpu_only = "theano runs on the CPU here (gradients exchanged from host memory)"
+    refusals: ClassVar[Mapping[str, str]] = transformers_refused(
+        "Theano 1.0.5 and PyTensor compile graphs of batched dots and softmax: neither has a fused attention "
+        "kernel, so a transformer would misreport them"
+    )
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:

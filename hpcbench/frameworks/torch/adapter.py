@@ -14,12 +14,21 @@ import contextlib
 import datetime
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, checksum, model_for
+from hpcbench.frameworks.base import (
+    ADAM,
+    FRAMEWORKS,
+    WEIGHT_DECAY,
+    Framework,
+    LauncherNeed,
+    Problem,
+    checksum,
+    model_for,
+)
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
@@ -78,8 +87,11 @@ class TorchFramework(Framework):
     requires = ("torch",)
     backends = ("gloo", "nccl", "mpi", "horovod")
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"mpi": ("mpi4py",), "horovod": ("horovod.torch",)}
-    models = zoo.NAMES
+    models = zoo.IMAGE_NAMES + zoo.TRANSFORMER_NAMES
     datasets = data.NAMES
+    precisions = ("fp32", "tf32", "bf16", "fp16")
+    optimizers = ("sgd", "momentum", "adam", "adamw")
+    compile_modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
     traits: ClassVar[Mapping[str, Traits]] = {
         "gloo": Traits(grouping="buckets", sleeping_wait=True),  # DDP's buckets; gloo's waits sleep
         "nccl": Traits(grouping="buckets"),
@@ -95,9 +107,24 @@ class TorchFramework(Framework):
         "mpi": ("cpu", "mpi exchanges host memory (mpi4py): device cuda is not supported", "device: cpu"),
     }
 
+    @classmethod
+    def check_point(cls, point: Point) -> Iterable[Problem]:
+        yield from super().check_point(point)
+        if point.precision == "tf32" and point.device != "cuda":
+            yield "precision", "tf32 is a CUDA matmul mode (fp32 data on tensor cores)", "fp32, bf16, fp16 on cpu"
+        if point.compile is not None and point.backend in ("mpi", "horovod"):
+            yield (
+                "compile",
+                f"the {point.backend} exchange hooks every gradient in Python, which torch.compile does not trace",
+                "compile with gloo or nccl (DistributedDataParallel)",
+            )
+
     def __init__(self) -> None:
         self._comm: Comm | None = None
         self._exchange: Exchange | None = None
+        self._precision: Any = None  # autocast's dtype (None: fp32, no autocast)
+        self._scaler: Any = None  # fp16's loss scaler
+        self._attention = False  # the model has attention (its implementation is recorded)
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch
@@ -164,14 +191,23 @@ class TorchFramework(Framework):
         assert self._exchange is not None, "setup() first"
         spec = model_for(point)
         self.task = spec.task
+        self._attention = any(isinstance(layer, zoo.Block) for layer in spec.layers)
         torch.manual_seed(point.seed)  # the same initial weights on every rank (and broadcast anyway)
         module = torch_layers.build(spec).to(self.device)
         self.model = self._exchange.wrap(module, self.device)
+        if point.compile is not None:
+            self.model = torch.compile(self.model, mode=point.compile)  # type: ignore[assignment]
         self.loss_fn: Callable[[Any, Any], Any]
-        self.loss_fn = torch.nn.CrossEntropyLoss() if self.task == "classify" else torch.nn.MSELoss()
+        if self.task == "reconstruct":
+            self.loss_fn = torch.nn.MSELoss()
+        else:  # classify; a sequence model's every token, the masked ones only for a masked-LM
+            self.loss_fn = torch.nn.CrossEntropyLoss(ignore_index=data.IGNORED)
+        self._set_precision(point)
         params = self.model.parameters()
         if point.optimizer == "adam":
-            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=point.lr)
+            self.optimizer: torch.optim.Optimizer = torch.optim.Adam(params, lr=point.lr, betas=ADAM[:2], eps=ADAM[2])
+        elif point.optimizer == "adamw":  # the fused kernel: one pass over all parameters
+            self.optimizer = torch.optim.AdamW(params, lr=point.lr, weight_decay=WEIGHT_DECAY, fused=True)
         else:
             momentum = self.momentum if point.optimizer == "momentum" else 0.0
             self.optimizer = torch.optim.SGD(params, lr=point.lr, momentum=momentum)
@@ -184,6 +220,33 @@ class TorchFramework(Framework):
         self._y = torch.from_numpy(shard.train.y)
         if pin:
             self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
+
+    def _set_precision(self, point: Point) -> None:
+        """Mixed precision: autocast's dtype for bf16 and fp16 (fp32 master weights and
+        gradients), a loss scaler for fp16; tf32: CUDA's matmuls on tensor cores."""
+        import torch
+
+        if point.precision == "tf32":
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
+        elif point.precision in ("bf16", "fp16"):
+            self._precision = torch.bfloat16 if point.precision == "bf16" else torch.float16
+            if point.precision == "fp16":
+                self._scaler = torch.amp.GradScaler(self.device.type)
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        import torch
+
+        if self._precision is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self._precision)
+
+    def _loss(self, out: Any, x: Any, y: Any) -> Any:
+        if self.task == "reconstruct":
+            return self.loss_fn(out, x.flatten(1))
+        if self.task in ("lm", "mlm"):
+            return self.loss_fn(out.flatten(0, 1).float(), y.flatten())
+        return self.loss_fn(out, y)
 
     def step(self, rec: Recorder) -> Any:
         index = self.batches.next_index()
@@ -200,20 +263,26 @@ class TorchFramework(Framework):
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         rec.mark(Phase.H2D)
-        out = self.model(x)
-        loss = self.loss_fn(out, y) if self.task == "classify" else self.loss_fn(out, x.flatten(1))
+        with self._autocast():
+            loss = self._loss(self.model(x), x, y)
         rec.mark(Phase.FORWARD)
         exchange = self._exchange
         assert exchange is not None
         exchange.begin_iteration(rec)
-        loss.backward()  # the exchange's hooks mark the end of backward: the last gradient ready
+        scaler = self._scaler
+        # the exchange's hooks mark the end of backward: the last gradient ready
+        (loss if scaler is None else scaler.scale(loss)).backward()
         if exchange.ready:
             exchange.finish()
             rec.mark(Phase.COMM)
             rec.add_comm(exchange.total_ns)
         else:
             rec.mark(Phase.BACKWARD)
-        self.optimizer.step()
+        if scaler is None:
+            self.optimizer.step()
+        else:
+            scaler.step(self.optimizer)
+            scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         rec.mark(Phase.UPDATE)
         return loss.detach()
@@ -231,14 +300,21 @@ class TorchFramework(Framework):
         import torch
 
         xt = torch.from_numpy(x).to(self.device)
-        out = self.model(xt)
-        if self.task != "classify":
-            return float(self.loss_fn(out, xt.flatten(1))) * len(y), 0
         yt = torch.from_numpy(y).to(self.device)
-        return float(self.loss_fn(out, yt)) * len(y), int((out.argmax(dim=1) == yt).sum())
+        with self._autocast():
+            out = self.model(xt)
+            loss = float(self._loss(out, xt, yt)) * len(y)
+        if self.task != "classify":
+            return loss, 0
+        return loss, int((out.argmax(dim=1) == yt).sum())
 
     def parameter_checksum(self) -> float:
         return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
+
+    def peak_device_memory(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(self.device)) if self.device.type == "cuda" else None
 
     def recorder(self, capacity: int, clock_offset: int, epoch_ns: int) -> Recorder:
         if self.device.type == "cuda":
@@ -258,6 +334,9 @@ class TorchFramework(Framework):
         import torch
 
         out = {"torch": torch.__version__, "torch_threads": str(torch.get_num_threads())}
+        if self._attention:
+            out["attention"] = "torch.nn.functional.scaled_dot_product_attention"
+        out["torch_autocast"] = str(self._precision).removeprefix("torch.") if self._precision is not None else "off"
         kind = self._exchange.kind if self._exchange is not None else ""
         out["torch_exchange"] = kind
         if kind == "ddp":

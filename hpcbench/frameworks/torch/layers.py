@@ -1,4 +1,5 @@
-"""PyTorch modules built from the framework-neutral model trees of `hpcbench.workloads.zoo`."""
+"""PyTorch modules built from the framework-neutral model trees of `hpcbench.workloads.zoo`
+(the transformer's records: `blocks.py`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from hpcbench.frameworks.torch import blocks
 from hpcbench.workloads import zoo
 
 
@@ -30,6 +32,12 @@ class Residual(nn.Module):
         return out
 
 
+def _activation(kind: str) -> nn.Module:
+    if kind == "gelu":
+        return nn.GELU(approximate="tanh")
+    return nn.ReLU(inplace=False) if kind == "relu" else nn.Sigmoid()
+
+
 def _layer(layer: zoo.Layer, shape: zoo.Shape) -> nn.Module:
     if isinstance(layer, zoo.Conv):
         return nn.Conv2d(shape[0], layer.out, layer.kernel, layer.stride, layer.pad, bias=layer.bias)
@@ -44,9 +52,9 @@ def _layer(layer: zoo.Layer, shape: zoo.Shape) -> nn.Module:
     if isinstance(layer, zoo.Flatten):
         return nn.Flatten()
     if isinstance(layer, zoo.Dense):
-        return nn.Linear(shape[0], layer.out, bias=layer.bias)
+        return nn.Linear(shape[-1], layer.out, bias=layer.bias)
     if isinstance(layer, zoo.Activation):
-        return nn.ReLU(inplace=False) if layer.kind == "relu" else nn.Sigmoid()
+        return _activation(layer.kind)
     if isinstance(layer, zoo.Dropout):
         return nn.Dropout(layer.rate)
     if isinstance(layer, zoo.Concat):
@@ -58,8 +66,12 @@ def _layer(layer: zoo.Layer, shape: zoo.Shape) -> nn.Module:
 
 def sequential(layers: Sequence[zoo.Layer], shape: zoo.Shape) -> nn.Sequential:
     modules = []
+    embedding = None  # a tied token head's table
     for layer in layers:
-        modules.append(_layer(layer, shape))
+        built = blocks.module(layer, shape, embedding) or _layer(layer, shape)
+        if isinstance(built, blocks.Embedding):
+            embedding = built
+        modules.append(built)
         shape = zoo.output_shape(layer, shape)
     return nn.Sequential(*modules)  # empty: the identity
 
