@@ -54,16 +54,19 @@ class Metric:
     unit: str
     higher_is_better: bool
 
-    def of(self, t_iter: Any, ranks: int, batch_size: int) -> Any:
-        """The metric from t_iter (seconds; a float or an array of them)."""
+    def of(self, t_iter: Any, ranks: int, batch_size: int, tokens: int = 0) -> Any:
+        """The metric from t_iter (seconds; a float or an array of them); `tokens` per sample
+        (a sequence model's; 0: tokens/s is undefined, NaN)."""
         if self.name == "t_iter":
             return t_iter
+        per_sample = 1 if self.name == "throughput" else (tokens or np.nan)
         with np.errstate(divide="ignore"):
-            return np.where(np.asarray(t_iter) > 0, ranks * batch_size / np.asarray(t_iter), np.nan)
+            return np.where(np.asarray(t_iter) > 0, ranks * batch_size * per_sample / np.asarray(t_iter), np.nan)
 
 
 METRICS = {
     "throughput": Metric("throughput", "samples/s", higher_is_better=True),
+    "tokens_per_s": Metric("tokens_per_s", "tokens/s", higher_is_better=True),
     "t_iter": Metric("t_iter", "s", higher_is_better=False),
 }
 
@@ -82,9 +85,10 @@ class Run:
     steps: np.ndarray
     ranks: int
     batch_size: int
+    tokens: int = 0  # per sample (provenance `tokens_per_sample`)
 
     def value(self, metric: Metric) -> float:
-        return float(metric.of(float(np.median(self.steps)), self.ranks, self.batch_size))
+        return float(metric.of(float(np.median(self.steps)), self.ranks, self.batch_size, self.tokens))
 
 
 @dataclass
@@ -210,7 +214,8 @@ def configurations(points: Sequence[PointData], ignored: Sequence[str]) -> tuple
             continue
         reset = dataclasses.replace(p.point, **{name: getattr(DEFAULTS, name) for name in ignored})
         config = found.setdefault(reset.id, Configuration(reset.id, reset))
-        config.runs.append(Run(p.point_id, steps, int(p.iterations.shape[0]), p.point.batch_size))
+        tokens = int(p.provenance.get("tokens_per_sample") or 0)
+        config.runs.append(Run(p.point_id, steps, int(p.iterations.shape[0]), p.point.batch_size, tokens))
         for name in ignored:
             if name != "seed":
                 config.pooled.setdefault(name, set()).add(json.dumps(getattr(p.point, name)))
@@ -242,7 +247,7 @@ def replicates(runs: Sequence[Run], metric: Metric, rng: np.random.Generator, n_
     values = np.empty(n_boot * k)
     for j, run in enumerate(runs):
         slots = np.flatnonzero(draws == j)
-        values[slots] = metric.of(resampled_medians(run.steps, slots.size, rng), run.ranks, run.batch_size)
+        values[slots] = metric.of(resampled_medians(run.steps, slots.size, rng), run.ranks, run.batch_size, run.tokens)
     return np.asarray(values.reshape(n_boot, k).mean(axis=1))
 
 

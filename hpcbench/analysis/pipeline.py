@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import stats
+from hpcbench.analysis import stats, workload
 from hpcbench.analysis.model import predict, validate
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.stragglers import exposure
@@ -61,7 +61,7 @@ def analyse(
     indexed = stats_frame.set_index("point")
     preds = predict.predictions(sweep.points, indexed, link)
     held = validate.held_out(sweep.points, indexed, link)
-    notes = stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
+    notes = workload.notes(stats_frame) + stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
     headlines = [validate.headline(held), *_oversubscribed(preds), *([slow.headline] if slow.headline else [])]
     return Analysis(
         sweep.directory,

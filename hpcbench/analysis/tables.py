@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics, resources, stats
+from hpcbench.analysis import accuracy, metrics, resources, stats, workload
 from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers.exposure import Exposure
 from hpcbench.errors import HpcbenchError
@@ -159,7 +159,7 @@ def stats_table(
         row.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
         row["oversubscribed"] = placement_of(p).oversubscribed
         extra.append(row)
-    return table.merge(pd.DataFrame(extra), on="point", how="left")
+    return workload.add(table.merge(pd.DataFrame(extra), on="point", how="left"), points)
 
 
 def evaluations_table(points: list[PointData]) -> pd.DataFrame:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,14 +52,14 @@ def _perplexity(p: PointData, tokens: int) -> float:
     return float(np.exp(last["loss"].astype(float).mean()))
 
 
-def row(p: PointData, throughput: float) -> dict[str, object]:
+def row(p: PointData, throughput: float) -> dict[str, Any]:
     """The workload columns of one point whose measured throughput is `throughput` samples/s."""
     prov, point = p.provenance, p.point
     tokens = int(prov.get("tokens_per_sample") or 0)
     flops = float(prov.get("model_flops_per_sample") or math.nan)
     devices = int(prov.get("mfu_devices") or (point.ranks if point.device == "cuda" else point.nodes))
     rate = throughput * flops / devices if throughput > 0 else math.nan
-    out: dict[str, object] = {
+    out: dict[str, Any] = {
         "precision": point.precision or "fp32",
         "seq_len": tokens or math.nan,
         "compile": point.compile or "",
@@ -108,7 +109,7 @@ def add(table: pd.DataFrame, points: Sequence[PointData]) -> pd.DataFrame:
     by_id = {p.point_id: p for p in points}
     pairs = zip(table["point"], table["throughput"], strict=True)
     rows = [{"point": pid, **row(by_id[pid], float(x))} for pid, x in pairs]
-    return table.merge(pd.DataFrame(rows), on="point", how="left")
+    return table.merge(pd.DataFrame(rows)[["point", *COLUMNS]], on="point", how="left")
 
 
 def has_tokens(table: pd.DataFrame) -> bool:

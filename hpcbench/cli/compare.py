@@ -1,7 +1,7 @@
 """`hpcbench compare`: the same sweep before and after an upgrade; what got slower, by how much,
 and whether it is real.
 
-    hpcbench compare BASELINE_DIR NEW_DIR [--metric throughput|t_iter] [--threshold 5]
+    hpcbench compare BASELINE_DIR NEW_DIR [--metric throughput|tokens_per_s|t_iter] [--threshold 5]
                      [--ignore FIELD ...] [--format text|md|html|csv] [-o FILE [--force]]
 
 Per configuration found in both sweeps: baseline and new value, new / baseline, its 95 %

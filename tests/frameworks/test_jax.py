@@ -1,8 +1,11 @@
 """JAX on real ranks: gradients averaged by `lax.pmean` across `jax.distributed` processes
 (one all-reduce per tensor, or one fused), in the `modern` environment: mlp learns its task
 under both exchanges; alexnet (Dropout) and resnet50 (BatchNorm, Residual) train a few tiny
-steps. Every zoo model builds (shapes, parameters, gradients); the tree's layers (BatchNorm,
-Dropout, Concat, Residual) agree with a numpy reference.
+steps; the tiny GPT learns byte-level text in fp32 and in bf16 mixed precision. Every zoo
+model builds (shapes, parameters, gradients; the transformers abstractly, at their published
+sizes); the tree's layers (BatchNorm, Dropout, Concat, Residual) and the transformers' (causal
+and grouped-query attention, RoPE, pre- and post-norm, the ViT stem) agree with a numpy
+reference; planning refuses what JAX does not run (fp16, tf32, a compile mode).
 
 Sweeps run through the real sweep CLI of this interpreter, as a user runs them: the points
 name `env: modern`, so their ranks run there; their point files are read back here.
@@ -19,10 +22,12 @@ import numpy as np
 import pytest
 
 from hpcbench.frameworks.jax import weights
+from hpcbench.frameworks.jax.adapter import JaxFramework
+from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
 from tests.conftest import ROOT, env_python, run_sweep, spec_text
-from tests.frameworks.cells import PHASES, check_messages, check_phases, check_weights_agree
+from tests.frameworks.cells import PHASES, check_learns_tokens, check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
 
@@ -30,8 +35,15 @@ ITERATIONS, WARMUP = 30, 2
 BIG_ITERATIONS, BIG_WARMUP, BIG_TIMEOUT_S = 3, 1, 900  # alexnet and resnet50: a few steps, mostly compilation
 
 
-def run_in(exe: Path, code: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+# The transformer tests' programs are tiny: compiling them is most of their time, which XLA's
+# lowest optimisation level roughly halves (the same numbers, to rounding).
+QUICK_XLA = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
+
+
+def run_in(
+    exe: Path, code: str, timeout: float = 240, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", **(environ or {})}
     return subprocess.run([str(exe), "-c", code], capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
 
 
@@ -114,7 +126,7 @@ BUILD = """
 import numpy as np, jax
 from hpcbench.workloads import zoo
 from hpcbench.frameworks.jax import layers, weights
-for name in zoo.NAMES:
+for name in zoo.IMAGE_NAMES:
     m = zoo.model(name)
     steps = weights.steps(m)
     w = [a for _, a in weights.initial(m, 0)]
@@ -140,13 +152,13 @@ for name in zoo.NAMES:
 
 
 def test_jax_models_have_the_parameters_and_outputs_of_the_model_trees() -> None:
-    """Every zoo model traces in training (loss, gradients, BatchNorm state) and out of it:
+    """Every image model of the zoo traces in training (loss, gradients, BatchNorm state) and out of it:
     abstractly (`jax.eval_shape`), so the big models cost no compilation."""
     exe = env_python("modern", "jax")
     res = run_in(exe, BUILD)
     assert res.returncode == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert [r[0] for r in rows] == list(models.NAMES)
+    assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shapes_ok, state_ok in rows:
         assert int(built) == int(expected), name
         assert shapes_ok == "True", name
@@ -290,3 +302,231 @@ def test_tree_layers_agree_with_a_numpy_reference() -> None:
     assert res.stdout.split("\n")[:-1] == [
         "reference train ok", "reference eval ok", "determinism ok", "batchnorm ok", "dropout ok",
     ]  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------
+# Transformers (blocks.py).
+
+TOKEN_ITERATIONS, TOKEN_WARMUP = 40, 2
+
+
+def test_tiny_gpt_learns_text_on_two_ranks_in_fp32_and_bf16(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """gpt_tiny on byte-level text (seq_len 32) on 2 real ranks, in fp32 and in bf16 mixed
+    precision: the loss falls on every rank, every gradient is exchanged in float32 (the
+    master weights' dtype: 4 bytes a parameter, bf16 included), the ranks agree on their
+    weights, the provenance names the precision and the attention."""
+    env_python("modern", "jax")
+    text = spec_text(
+        "jax_gpt", {"precision": ["fp32", "bf16"]}, framework="jax", env="modern", ranks_per_node=2,
+        backend="pmean_fused", model="gpt_tiny", dataset="text", seq_len=32, batch_size=8,
+        iterations=TOKEN_ITERATIONS, warmup=TOKEN_WARMUP, optimizer="adam", lr=3e-3, threads=1, environ=QUICK_XLA,
+    )  # fmt: skip
+    points = {str(p.point.precision): p for p in run_sweep(write_spec, tmp_path / "out", text)}
+    assert sorted(points) == ["bf16", "fp32"]
+    for precision, data in points.items():
+        check_phases(data, TOKEN_ITERATIONS + TOKEN_WARMUP, PHASES)
+        check_messages(data, per_op=1, itemsize=4)
+        check_weights_agree(data)
+        check_learns_tokens(data)
+        prov = data.provenance
+        assert prov["precision"] == precision
+        assert prov["jax_compute_dtype"] == {"fp32": "float32", "bf16": "bfloat16"}[precision]
+        assert prov["attention"] == "jax.nn.dot_product_attention (implementation: xla)"
+        assert prov["xla_flags"] == f"{QUICK_XLA['XLA_FLAGS']} --xla_cpu_multi_thread_eigen=false"
+    # byte-level text from uniform (ln 256 = 5.5 nats): clearly learnt in 40 steps
+    for data in points.values():
+        assert (data.iterations["loss"][:, -5:].mean(axis=1) < 3.6).all(), data.iterations["loss"][:, -5:]
+        assert (data.eval["loss"] < 3.8).all(), data.eval["loss"]
+
+
+# Every transformer traced abstractly at its published size (its parameters, its loss and
+# float32 gradients), then a float64 numpy forward of the transformers, reading the weights
+# in build order, against the tiny designs.
+TRANSFORMERS = """
+import numpy as np, jax, jax.numpy as jnp
+from hpcbench.workloads import zoo
+from hpcbench.frameworks.jax import blocks
+
+for name in zoo.TRANSFORMER_NAMES:
+    m = zoo.model(name)
+    net = blocks.Network(m)
+    w = net.abstract()
+    x = jax.ShapeDtypeStruct((2, *m.input), jnp.int32 if m.tokens else jnp.float32)
+    y = x if m.tokens else jax.ShapeDtypeStruct((2,), jnp.int32)
+    out = jax.eval_shape(net.apply, w, x)
+    ok = tuple(out.shape[1:]) == zoo.shapes(m) and out.dtype == jnp.float32
+    if name.endswith("_tiny"):  # the loss and its float32 gradients (the same code at any size)
+        loss, grads = jax.eval_shape(jax.value_and_grad(blocks.Network(m, "bf16").loss), w, x, y)
+        ok = ok and loss.shape == () and [(g.shape, g.dtype) for g in grads] == [(a.shape, jnp.float32) for a in w]
+    print("built", name, net.parameters(), zoo.count_parameters(m), ok)
+
+
+def gelu(x):
+    return 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+
+
+def reference(model, weights, x):
+    w, table, h = iter(weights), None, x
+
+    def norm(rec, h):
+        if rec.kind == "rms":
+            return h / np.sqrt(np.mean(h * h, -1, keepdims=True) + rec.eps) * next(w)
+        return (h - h.mean(-1, keepdims=True)) / np.sqrt(h.var(-1, keepdims=True) + rec.eps) * next(w) + next(w)
+
+    def matrix(h, bias):
+        out = h @ next(w)
+        return out + next(w) if bias else out
+
+    def rope(t, theta):  # rotate half: pairs (i, i + d/2), frequencies theta^(-2i/d)
+        d = t.shape[-1]
+        angles = np.arange(t.shape[1])[:, None] * theta ** (-np.arange(0, d, 2) / d)[None]
+        angles = np.concatenate([angles, angles], -1)[None, :, None]
+        return t * np.cos(angles) + np.concatenate([-t[..., d // 2 :], t[..., : d // 2]], -1) * np.sin(angles)
+
+    def attention(rec, h):
+        b, s, d = h.shape
+        hd, kv = d // rec.heads, rec.groups * (d // rec.heads)
+        qkv = matrix(h, rec.bias)
+        q = qkv[..., :d].reshape(b, s, rec.heads, hd)
+        k, v = (qkv[..., d + i * kv : d + (i + 1) * kv].reshape(b, s, rec.groups, hd) for i in (0, 1))
+        if rec.rotary:
+            q, k = rope(q, rec.rope_theta), rope(k, rec.rope_theta)
+        share = rec.heads // rec.groups  # query head n reads K/V head n // share
+        k, v = np.repeat(k, share, axis=2), np.repeat(v, share, axis=2)
+        logits = np.einsum("bshd,bthd->bhst", q, k) / np.sqrt(hd)
+        if rec.causal:
+            logits = np.where(np.tril(np.ones((s, s), bool)), logits, -np.inf)
+        p = np.exp(logits - logits.max(-1, keepdims=True))
+        out = np.einsum("bhst,bthd->bshd", p / p.sum(-1, keepdims=True), v).reshape(b, s, d)
+        return matrix(out, rec.bias)
+
+    def mlp(rec, h):
+        if rec.kind == "swiglu":
+            gate, up = np.split(h @ next(w), 2, axis=-1)
+            return (gate / (1 + np.exp(-gate)) * up) @ next(w)
+        return matrix(gelu(matrix(h, rec.bias)), rec.bias)
+
+    for rec in model.layers:
+        if isinstance(rec, zoo.Embedding):
+            table = next(w)
+            h = table[h] + (next(w)[0] if rec.types else 0)
+        elif isinstance(rec, zoo.Positions):
+            h = h + next(w)[: h.shape[1]]
+        elif isinstance(rec, zoo.Patches):
+            kernel, bias, cls, positions = next(w), next(w), next(w), next(w)
+            b, c, hh, ww = h.shape
+            p = rec.patch
+            cut = h.reshape(b, c, hh // p, p, ww // p, p).transpose(0, 2, 4, 1, 3, 5).reshape(b, -1, c * p * p)
+            h = np.concatenate([np.broadcast_to(cls, (b, 1, rec.dim)), cut @ kernel.reshape(rec.dim, -1).T + bias], 1)
+            h = h + positions
+        elif isinstance(rec, zoo.Norm):
+            h = norm(rec, h)
+        elif isinstance(rec, zoo.Block) and rec.pre_norm:
+            h = h + attention(rec.attention, norm(rec.norm, h))
+            h = h + mlp(rec.mlp, norm(rec.norm, h))
+        elif isinstance(rec, zoo.Block):
+            h = norm(rec.norm, h + attention(rec.attention, h))
+            h = norm(rec.norm, h + mlp(rec.mlp, h))
+        elif isinstance(rec, zoo.Dense):
+            h = matrix(h, rec.bias)
+        elif isinstance(rec, zoo.Activation):
+            h = gelu(h)
+        elif isinstance(rec, zoo.TokenHead):
+            h = h @ (table.T if rec.tied else next(w)) + (next(w) if rec.bias else 0)
+        elif isinstance(rec, zoo.Pooling):
+            h = h[:, 0] if rec.kind == "first" else h.mean(1)
+    assert next(w, None) is None, "every weight read"
+    return h
+
+
+def cross_entropy(logits, y):
+    logits = logits - logits.max(-1, keepdims=True)
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return -np.take_along_axis(logp, np.maximum(y, 0)[..., None], -1)[..., 0]
+
+
+rng = np.random.default_rng(0)
+for name in ("gpt_tiny", "llama_tiny", "bert_tiny", "vit_tiny"):
+    m = zoo.model(name, (16,)) if zoo.model(name).tokens else zoo.model(name)
+    net = blocks.Network(m)
+    w = [
+        (rng.standard_normal(a.shape) * 0.2 + (1.0 if n.endswith("scale") else 0.0)).astype(np.float32)
+        for n, a in net.initial(0)
+    ]
+    if m.tokens:
+        x = rng.integers(0, m.classes - 1, (3, 16))
+        y = rng.integers(0, m.classes, (3, 16))
+        if m.task == "mlm":
+            y = np.where(rng.random((3, 16)) < 0.3, y, -1)
+    else:
+        x, y = rng.standard_normal((3, *m.input)).astype(np.float32), rng.integers(0, m.classes, 3)
+    want = reference(m, [a.astype(np.float64) for a in w], x)
+    low = blocks.Network(m, "bf16")
+    # one program a model: the fp32 and bf16 logits; the losses of the reference's logits
+    logits = jax.jit(lambda w, x: (net.apply(w, x), low.apply(w, x)))
+    got, got16 = logits(w, x)
+    ref = jnp.asarray(want, jnp.float32)
+    loss, (loss_sum, correct) = net.criterion(ref, y), net.test_sums(ref, y)
+    first_two = net.test_sums(ref, y, 2)[0]  # a padded batch's: its first two samples counted
+    scale = np.abs(want).max()
+    assert np.abs(np.asarray(got) - want).max() < 1e-5 * scale, name
+    assert np.abs(np.asarray(got16) - want).max() < 5e-2 * scale, name
+    nll = cross_entropy(want, y)
+    counted = y >= 0
+    if m.task == "mlm":  # the masked positions only
+        mean, per_sample = nll[counted].mean(), (nll * counted).sum(1) / np.maximum(counted.sum(1), 1)
+    else:
+        mean, per_sample = nll.mean(), nll.mean(axis=-1) if m.tokens else nll
+    np.testing.assert_allclose(float(loss), mean, rtol=1e-4)
+    np.testing.assert_allclose(float(loss_sum), per_sample.sum(), rtol=1e-4)
+    np.testing.assert_allclose(float(first_two), per_sample[:2].sum(), rtol=1e-4)
+    assert int(correct) == (0 if m.tokens else int((want.argmax(-1) == y).sum()))
+    print("agrees", name)
+"""
+
+
+def test_jax_transformers_have_the_zoo_parameters_and_agree_with_a_numpy_reference() -> None:
+    """Every transformer of the zoo, at its published size, builds exactly the parameters
+    `zoo.count_parameters` counts (GPT-2 124,439,808; Llama 3.2 1B 1,235,814,400; ...) and
+    traces its loss and float32 gradients: abstractly (`jax.eval_shape`), nothing allocated.
+    The four tiny designs agree with a float64 numpy forward: causal attention (GPT), grouped
+    query attention with RoPE, RMSNorm and SwiGLU (Llama), post-norm, token types and the
+    masked-LM head (BERT), the patch stem and class token (ViT); bf16 mixed precision stays
+    within bf16's rounding; the training loss is the mean token cross-entropy (masked-LM:
+    over the masked positions only), the test loss sums each counted sample's mean."""
+    exe = env_python("modern", "jax")
+    res = run_in(exe, TRANSFORMERS, environ=QUICK_XLA)
+    assert res.returncode == 0, res.stderr
+    rows = [line.split() for line in res.stdout.splitlines()]
+    built = [r[1:] for r in rows if r[0] == "built"]
+    assert [r[0] for r in built] == list(models.TRANSFORMER_NAMES)
+    for name, parameters, expected, ok in built:
+        assert int(parameters) == int(expected), name
+        assert ok == "True", name
+    tiny = ("gpt_tiny", "llama_tiny", "bert_tiny", "vit_tiny")
+    assert [r for r in rows if r[0] != "built"] == [["agrees", name] for name in tiny]
+
+
+@pytest.mark.parametrize(
+    ("fields", "field", "says"),
+    [
+        ({"precision": "fp16"}, "precision", "no standard loss scaling"),
+        ({"precision": "tf32"}, "precision", "CUDA matmul mode"),
+        ({"precision": "bf16", "model": "lenet"}, "precision", "image models in fp32 only"),
+        ({"compile": "default"}, "compile", "JAX always compiles its step with XLA"),
+        ({"model": "gpt_tiny", "dataset": "cifar10", "data_dir": "/d"}, "dataset", "reads tokens"),
+        ({"seq_len": 4096}, "seq_len", "positions"),
+    ],
+)
+def test_planning_refuses_what_jax_does_not_run(fields: dict[str, object], field: str, says: str) -> None:
+    point = Point(**{"framework": "jax", "backend": "pmean", "model": "gpt_tiny", **fields})  # type: ignore[arg-type]
+    problems = list(JaxFramework.check_point(point))
+    assert [p[0] for p in problems] == [field], problems
+    assert says in problems[0][1], problems
+
+
+def test_planning_accepts_the_transformers_in_fp32_and_bf16() -> None:
+    for name in models.TRANSFORMER_NAMES:
+        for precision in (None, "fp32", "bf16"):
+            point = Point(framework="jax", backend="pmean", model=name, precision=precision)
+            assert list(JaxFramework.check_point(point)) == [], (name, precision)

@@ -10,6 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+import yaml
 
 from hpcbench.analysis.model import fit
 from hpcbench.frameworks import FRAMEWORKS
@@ -162,3 +163,60 @@ def test_horovod_exchanges_every_gradient_on_every_rank(
     assert recorded_traits(data) == declared_traits(data)
     assert data.traits.grouping == "fusion" and data.traits.background_thread
     assert data.traits.launcher_mpi == (launcher == "mpirun")
+
+
+def test_transformers_train_on_two_ranks_with_their_figures(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """The tiny decoders and the masked-LM on the text every Python ships, two real ranks:
+    DDP in fp32 and in bf16 (autocast: the gradients still travel in fp32), the MPI exchange;
+    the loss falls, the ranks agree, every gradient byte is sent; the recorded FLOPs are
+    PyTorch's own count and the workload's figures follow from the measured throughput."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from hpcbench.analysis import workload
+    from hpcbench.frameworks.base import model_for
+    from hpcbench.frameworks.torch import layers as torch_layers
+    from tests.frameworks.cells import check_learns_tokens, check_messages, check_weights_agree
+
+    cells = [
+        {"model": "gpt_tiny", "backend": "gloo", "precision": "fp32"},
+        {"model": "llama_tiny", "backend": "gloo", "precision": "bf16"},
+        {"model": "bert_tiny", "backend": "mpi", "precision": "fp32"},
+    ]
+    spec = yaml.safe_load(
+        spec_text(
+            "transformers",
+            {"cell": cells},
+            ranks_per_node=2,
+            dataset="text",
+            seq_len=32,
+            batch_size=8,
+            iterations=40,
+            warmup=2,
+            optimizer="adamw",
+            lr=0.003,
+            threads=1,
+        )
+    )
+    del spec["fixed"]["model"]  # the cells name theirs
+    text = yaml.safe_dump(spec)  # fmt: skip
+    points = {p.point.model: p for p in run_sweep(write_spec, tmp_path / "sweep", text)}
+    assert sorted(points) == ["bert_tiny", "gpt_tiny", "llama_tiny"]
+    for data in points.values():
+        check_messages(data, itemsize=4)
+        check_weights_agree(data)
+        check_learns_tokens(data)
+        prov, model = data.provenance, model_for(data.point)
+        assert prov["attention"] == "torch.nn.functional.scaled_dot_product_attention"
+        assert prov["torch_autocast"] == ("bfloat16" if data.point.precision == "bf16" else "off")
+        assert prov["tokens_per_sample"] == 32 and prov["parameters"] == models.count_parameters(model)
+        with torch.device("meta"):
+            net = torch_layers.build(model)
+        with FlopCounterMode(display=False) as counter:
+            net(torch.zeros((1, 32), dtype=torch.int64, device="meta")).sum().backward()
+        assert prov["model_flops_per_sample"] == counter.get_total_flops()
+        figures = workload.row(data, 100.0)  # at 100 samples/s, on one CPU (one node)
+        assert figures["tokens_per_s"] == 3200 and figures["tokens_per_s_device"] == 3200
+        assert figures["tflops_device"] == pytest.approx(100 * counter.get_total_flops() / 1e12)
+        assert 0 < figures["peak_host_gib"] < 8 and np.isnan(figures["peak_device_gib"])
+        assert 1 < figures["perplexity"] < 256  # learnt: below a uniform byte's

@@ -104,6 +104,8 @@ EVALUATIONS = (
     Column("total", pa.int64(), "samples", "samples of the rank's shard", "delta"),
     Column("loss", pa.float32(), "", "mean test loss", "split"),
     Column("param_checksum", pa.float64(), "", "checksum of the weights: equal on ranks that agree", "split"),
+    Column("peak_device_bytes", pa.int64(), "bytes", "the allocator's peak device memory so far (null: none)", "delta"),
+    Column("peak_host_bytes", pa.int64(), "bytes", "the process's peak resident set so far", "delta"),
 )
 
 RANKS = (
@@ -201,6 +203,8 @@ def evaluation_chunks(p: PointData) -> Iterator[Any]:
         "total": ints(rows["total"], np.int64),
         "loss": floats(rows["loss"]),
         "param_checksum": floats(rows["param_checksum"]),
+        "peak_device_bytes": counter(rows["peak_device_bytes"]),
+        "peak_host_bytes": counter(rows["peak_host_bytes"]),
     })  # fmt: skip
 
 

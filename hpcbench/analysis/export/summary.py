@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 import hpcbench
-from hpcbench.analysis import accuracy, metrics, resources, stats
+from hpcbench.analysis import accuracy, metrics, resources, stats, workload
 from hpcbench.analysis.placement import placement_of
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 
 COLUMNS = [*metrics.SUMMARY_COLUMNS, "config", "seed", *resources.RESOURCE_COLUMNS, *accuracy.ACCURACY_COLUMNS,
-           "oversubscribed"]  # fmt: skip
+           "oversubscribed", *workload.COLUMNS]  # fmt: skip
 ORDER = ["framework", "backend", "launcher", "model", "device", "batch_size", "nodes", "ranks"]  # as metrics.summary
 
 # Units of the stats columns, for readers of the JSON (columns not named here have none).
@@ -36,8 +36,9 @@ UNITS = {
     "other_cpus": "CPUs", "cpu_steal": "%",
     "accuracy": "fraction", "best_accuracy": "fraction", "efficiency": "fraction", "comm_share": "fraction",
     "comm_union_share": "fraction", "comm_exposed_share": "fraction", "overlap": "fraction", "cv": "fraction",
-    "lif_excess": "fraction", "comm_total_s": "s", **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward",
-    "backward", "comm", "update")},
+    "lif_excess": "fraction", "comm_total_s": "s", "tokens_per_s": "tokens/s", "tokens_per_s_device": "tokens/s",
+    "tflops_device": "TFLOP/s", "mfu": "fraction", "peak_device_gib": "GiB", "peak_host_gib": "GiB",
+    "seq_len": "tokens", **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward", "backward", "comm", "update")},
 }  # fmt: skip
 
 
@@ -70,6 +71,7 @@ class Summary:
         row.update(resources.of_point(p))
         row.update(accuracy.accuracy_row(p.eval, p.iterations))
         row["oversubscribed"] = placement_of(p).oversubscribed
+        row.update(workload.row(p, float(row["throughput"])))  # type: ignore[arg-type]
         self._rows.append(row)
         self._points.append(p.point)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics
+from hpcbench.analysis import accuracy, metrics, workload
 from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.pipeline import Analysis
 from hpcbench.analysis.report import figures
@@ -293,7 +293,30 @@ def sections(analysis: Analysis) -> list[Section]:
             for title, cols, table, about in straggler_report.sections(analysis.slow)]  # fmt: skip
     if has_accuracy:
         out.insert(3, Section("Accuracy and time to accuracy", accuracy_cols, shown, ACCURACY_ABOUT))
+    if workload.has_tokens(stats) or ("mfu" in stats and bool(stats["mfu"].notna().any())):
+        columns = _with_differs(_with_env(WORKLOAD, stats), stats)
+        out.insert(1, Section("Tokens, model FLOPs, MFU and memory", columns, shown, WORKLOAD_ABOUT))
     return out
+
+
+WORKLOAD = [
+    *IDENT,
+    Column("precision", "precision"),
+    Column("seq_len", "seq", _num(0)),
+    Column("compile", "compile"),
+    *(Column.of(key) for key in ("throughput", "tokens_per_s", "tokens_per_s_device", "tflops_device", "mfu")),
+    Column("peak_source", "MFU's peak"),
+    *(Column.of(key) for key in ("peak_device_gib", "peak_host_gib", "perplexity")),
+]
+WORKLOAD_ABOUT = (
+    "tokens/s = samples/s × tokens per sample (sequence models); per device: over the devices the ranks used "
+    "(a GPU per rank, a CPU per node). TFLOP/s/device = samples/s × the model's training FLOPs per sample "
+    "(forward and backward matrix products and attention, counted as PyTorch's FLOP counter counts them; "
+    "embeddings, norms and the optimizer not counted) / devices. MFU = that over the device's dense peak for "
+    "the point's precision: a datasheet's, chosen by the device's NVML name, or one measured with "
+    "`hpcbench check --peak` (the column says which). Memory: the largest rank's allocator peak on its device "
+    "and its process's peak resident set. Perplexity: exp of the held-out mean token loss."
+)
 
 
 ACCURACY_ABOUT = (

@@ -2,7 +2,8 @@
 
 adapter.py is the registered framework; weights.py gives a zoo model's layer tree, its
 initial weights and BatchNorm state (shared with the Theano / PyTensor adapter); layers.py writes the model as a
-pure JAX function of its weights; exchange.py averages and times every gradient message."""
+pure JAX function of its weights; blocks.py does so for the transformers (fused attention,
+bf16 mixed precision); exchange.py averages and times every gradient message."""
 
 from hpcbench.frameworks.jax.adapter import JaxFramework
 

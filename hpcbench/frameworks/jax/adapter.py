@@ -5,10 +5,12 @@ with rank 0's host and a free port agreed over MPI (`rank.net.free_port`, the bo
 communicator's broadcast), the launcher's rank as process id. Every process then sees one
 local and `size` global CPU devices; the exchange's mesh holds them all (`exchange.py`).
 
-Every model of the zoo is a pure function of its weights and its BatchNorm state
+Every image model of the zoo is a pure function of its weights and its BatchNorm state
 (`layers.py`, walking the layer tree `weights.py` gives: Concat, Residual, BatchNorm and
-Dropout included); its initial weights come from the point's seed and are broadcast from
-rank 0 over MPI anyway. A step runs three compiled programs and the exchange:
+Dropout included); every transformer one of its weights (`blocks.py`: attention through
+`jax.nn.dot_product_attention`, JAX's fused scaled dot-product attention, causal and
+grouped-query). Initial weights come from the point's seed and are broadcast from rank 0
+over MPI anyway. A step runs three compiled programs and the exchange:
 
 - forward: `jax.vjp` of the training loss, returning the loss, the pull-back (its
   residuals) and the BatchNorm running statistics moved towards the batch's (kept for the
@@ -21,7 +23,15 @@ rank 0 over MPI anyway. A step runs three compiled programs and the exchange:
 The learnt weights (BatchNorm's scale and shift among them) are exchanged, so the messages
 carry 4 bytes per parameter of `zoo.count_parameters`; the BatchNorm running statistics are
 each rank's own, from its own batches: never exchanged, not in the parameter checksum.
-Evaluation runs the model out of training: running statistics, no dropout.
+Evaluation runs the model out of training: running statistics, no dropout; a short last
+test batch is padded (its padding not counted), so one compiled test program serves all.
+
+Precision: fp32, or (transformers) bf16 mixed precision: the fp32 master weights are cast
+to bfloat16 inside the differentiated loss, so the gradients come back float32 and the
+messages still carry 4 bytes a parameter; norm statistics, softmax and loss stay fp32.
+fp16 is refused (JAX ships no loss scaling), tf32 too (a CUDA matmul mode; this adapter
+runs on the CPU), and any `compile` mode: JAX always compiles its step with XLA. The
+provenance records `precision`, `jax_compute_dtype` and, for a transformer, `attention`.
 
 JAX dispatches asynchronously: a phase ends when its results are ready (the step waits for
 them there, before dispatching the next phase, which needs them anyway). Gradients all
@@ -67,6 +77,8 @@ from hpcbench.workloads import datasets as data
 from hpcbench.workloads import zoo
 
 _COORDINATOR = LauncherNeed("the coordinator's address is agreed over MPI")
+ATTENTION = "jax.nn.dot_product_attention"  # the transformers' attention (blocks.py)
+_NO_COMPILE = "JAX always compiles its step with XLA (jax.jit): there is no eager mode to switch from"
 
 
 @FRAMEWORKS.register
@@ -74,8 +86,11 @@ class JaxFramework(Framework):
     name = "jax"
     requires = ("jax",)
     backends = ("pmean", "pmean_fused")
-    models = zoo.NAMES
+    models = zoo.IMAGE_NAMES + zoo.TRANSFORMER_NAMES
     datasets = data.NAMES
+    # bf16: mixed precision (fp32 master weights cast to bfloat16 in the step; blocks.py),
+    # for the transformers; no compile modes: every step is compiled (_check_numerics)
+    precisions = ("fp32", "bf16")
     # every message's collective is a program of its own, which waits for the process's
     # runtime threads; waiting ranks sleep in the CPU collectives (Gloo)
     traits: ClassVar[Mapping[str, Traits]] = {
@@ -89,12 +104,37 @@ class JaxFramework(Framework):
         yield from super().check_point(point)
         yield from cpu_problems(point, "jax", "jax runs on the CPU here (JAX_PLATFORMS=cpu; no CUDA build of jaxlib)")
 
+    @classmethod
+    def _check_numerics(cls, point: Point) -> Iterable[Problem]:
+        """fp32, or bf16 mixed precision for a transformer; tf32 (a CUDA matmul mode) and fp16
+        (no standard loss scaling in JAX) are refused with their reasons, and any compile
+        mode: JAX always compiles."""
+        precision, allowed = point.precision, ", ".join(cls.precisions)
+        if precision == "tf32":
+            yield "precision", "tf32 is a CUDA matmul mode; jax runs on the CPU here", allowed
+        elif precision == "fp16":
+            yield (
+                "precision",
+                "jax has no standard loss scaling for fp16 (JAX itself ships none; jmp and optax are not part "
+                "of it): train in bf16, which needs none",
+                allowed,
+            )
+        elif precision == "bf16" and point.model not in zoo.TRANSFORMER_NAMES:
+            why = "jax trains the image models in fp32 only (its bf16 mixed precision is for the transformers)"
+            yield "precision", why, "fp32"
+        elif precision is not None and precision not in cls.precisions:
+            yield "precision", f"{cls.name} does not train in {precision}", allowed
+        if point.compile is not None:
+            yield "compile", f"{point.compile!r}: {_NO_COMPILE}", "none: leave compile unset"
+
     def __init__(self) -> None:
         self._rank, self._size = 0, 1
         self._coordinator = ""
         self._mpi: Any = None
         self._backend = ""
         self._iteration = 0
+        self._precision = "fp32"
+        self._model: zoo.Model | None = None
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         comm = self.mpi_ranks(point, comm)
@@ -125,12 +165,14 @@ class JaxFramework(Framework):
         import jax
         import jax.numpy as jnp
 
-        from hpcbench.frameworks.jax import layers
         from hpcbench.frameworks.jax.exchange import PmeanExchange
 
         model = self._model = model_for(point)
-        steps = jax_weights.steps(model)
-        named = jax_weights.initial(model, point.seed)
+        self._precision = point.precision or "fp32"
+        if model.name in zoo.TRANSFORMER_NAMES:
+            named, train_loss, evaluate = _transformer(model, self._precision, point.seed)
+        else:
+            named, train_loss, evaluate = _tree(model, point.seed, self._rank)
         for _, w in named:
             self._mpi.Bcast(w, root=0)  # the same weights everywhere, whatever the seed did
         self._names = [n for n, _ in named]
@@ -141,24 +183,17 @@ class JaxFramework(Framework):
         # BatchNorm's running statistics: this rank's own, never exchanged.
         self.bn_state: list[Any] = [jax.device_put(s, device) for _, s in jax_weights.state(model)]
         self._exchange = PmeanExchange(point.backend == "pmean_fused", self._names, [w.shape for _, w in named])
-        task, seed, rank = model.task, point.seed, self._rank
 
         def forward(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
-            key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), rank), iteration)
+            def loss(w: Any) -> Any:
+                return train_loss(w, state, x, y, iteration)
 
-            def train_loss(w: Any) -> Any:
-                return layers.loss(steps, task, w, state, x, y, True, key)
-
-            loss, pullback, new_state = jax.vjp(train_loss, w, has_aux=True)
-            return loss, pullback, new_state
+            loss_value, pullback, new_state = jax.vjp(loss, w, has_aux=True)
+            return loss_value, pullback, new_state
 
         def backward(pullback: Any) -> Any:
             (grads,) = pullback(jnp.ones((), jnp.float32))
             return [g[None] for g in grads]
-
-        def evaluate(w: Any, state: Any, x: Any, y: Any) -> Any:
-            out, _ = layers.apply(steps, w, state, x)
-            return layers.criterion(task, out, x, y), out
 
         self._forward = jax.jit(forward)
         self._backward = jax.jit(backward)
@@ -190,8 +225,13 @@ class JaxFramework(Framework):
         return loss
 
     def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
-        loss, out = self._evaluate(self.weights, self.bn_state, x, y)
-        return float(loss) * len(y), int((np.asarray(out).argmax(axis=1) == y).sum()) if self._model.classes else 0
+        """A short last batch is padded to the test batch (its first sample repeated, not
+        counted), so the compiled test program serves every batch."""
+        n, size = len(y), self.rank_data.eval_batch
+        if n < size:
+            x, y = (np.concatenate([a, np.repeat(a[:1], size - n, axis=0)]) for a in (x, y))
+        loss_sum, correct = self._evaluate(self.weights, self.bn_state, x, y, n)
+        return float(loss_sum), int(correct)
 
     def parameter_checksum(self) -> float:
         """The learnt weights' checksum (not the BatchNorm running statistics: each rank's own)."""
@@ -208,7 +248,11 @@ class JaxFramework(Framework):
             "jax_coordinator": self._coordinator,
             "jax_exchange": self._backend,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            "precision": self._precision,  # what the step computed in (fp32 master weights either way)
+            "jax_compute_dtype": "bfloat16" if self._precision == "bf16" else "float32",
         }
+        if self._model is not None and self._model.name in zoo.TRANSFORMER_NAMES:
+            out["attention"] = f"{ATTENTION} (implementation: xla)"
         collectives = getattr(jax.config, "jax_cpu_collectives_implementation", None)
         if collectives is not None:
             out["jax_cpu_collectives"] = str(collectives)
@@ -227,6 +271,48 @@ class JaxFramework(Framework):
 
         if self._size > 1:
             jax.distributed.shutdown()
+
+
+def _tree(model: zoo.Model, seed: int, rank: int) -> tuple[list[tuple[str, np.ndarray]], Any, Any]:
+    """An image model's (initial weights, train_loss(w, state, x, y, iteration) -> (loss,
+    new BatchNorm state), evaluate(w, state, x, y, valid) -> (loss summed over the first
+    `valid` samples, those correctly classified)): the layer tree of `weights.py` through
+    `layers.py`."""
+    import jax
+    import jax.numpy as jnp
+
+    from hpcbench.frameworks.jax import layers
+
+    steps, task = jax_weights.steps(model), model.task
+
+    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), rank), iteration)
+        return layers.loss(steps, task, w, state, x, y, True, key)
+
+    def evaluate(w: Any, state: Any, x: Any, y: Any, valid: Any) -> Any:
+        out, _ = layers.apply(steps, w, state, x)
+        counted = jnp.arange(x.shape[0]) < valid  # out of training every sample is on its own
+        losses = jax.vmap(lambda o, a, b: layers.criterion(task, o[None], a[None], b[None]))(out, x, y)
+        hits = (jnp.argmax(out, axis=1) == y) & counted if task == "classify" else jnp.zeros_like(counted)
+        return jnp.sum(jnp.where(counted, losses, 0.0)), jnp.sum(hits)
+
+    return jax_weights.initial(model, seed), train_loss, evaluate
+
+
+def _transformer(model: zoo.Model, precision: str, seed: int) -> tuple[list[tuple[str, np.ndarray]], Any, Any]:
+    """A transformer's (initial weights, train_loss, evaluate) as `_tree`'s, through
+    `blocks.py` at `precision` (no BatchNorm state: the state passes through unchanged)."""
+    from hpcbench.frameworks.jax import blocks
+
+    network = blocks.Network(model, precision)
+
+    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
+        return network.loss(w, x, y), state
+
+    def evaluate(w: Any, state: Any, x: Any, y: Any, valid: Any) -> Any:
+        return network.evaluate(w, x, y, valid)
+
+    return network.initial(seed), train_loss, evaluate
 
 
 def _optimizer(kind: str, lr: float, momentum: float, weights: list[Any]) -> tuple[Any, Any]:

@@ -38,7 +38,7 @@ def plain(model: zoo.Model) -> bool:
     return all(isinstance(layer, PLAIN) for layer in model.layers)
 
 
-SUPPORTED: tuple[str, ...] = tuple(name for name in zoo.NAMES if plain(zoo.model(name)))
+SUPPORTED: tuple[str, ...] = tuple(name for name in zoo.IMAGE_NAMES if plain(zoo.model(name)))
 
 
 @dataclass(frozen=True)
