@@ -18,11 +18,12 @@ import math
 import os
 import platform
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from hpcbench.devices.peaks import Peak
+from hpcbench.devices.cache import load_measured, save_measured
+from hpcbench.devices.peaks import Peak, peak_for
 from hpcbench.errors import HpcbenchError
 
 MEASURABLE: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16")  # fp8 has no plain matmul: table only
@@ -229,3 +230,22 @@ def measure_peak(device: str = "cpu", dtype: str = "fp32", seconds: float = 2.0)
             raise HpcbenchError(f"cannot measure {dtype} on {name}: {exc}") from exc
     date = datetime.datetime.now(datetime.timezone.utc).date().isoformat()
     return Peak(rate, dtype, f"measured: {name} {dtype} matmul n={n}, {date}", name)
+
+
+def ensure_cpu_peaks(dtypes: Iterable[str], seconds: float = 1.0) -> list[Peak]:
+    """Measure and cache this CPU's peak for each of `dtypes` that has none yet (in the table
+    or the cache), so that a sweep run here has its MFU; the peaks measured now. A dtype this
+    interpreter cannot measure (bf16 without torch) is left out: its MFU stays blank, and
+    the analysis says why."""
+    name = cpu_name()
+    measured = []
+    for dtype in sorted(set(dtypes)):
+        if dtype == "tf32" or peak_for(name, dtype, load_measured()) is not None:
+            continue
+        try:
+            peak = measure_peak("cpu", dtype, seconds)
+        except HpcbenchError:
+            continue
+        save_measured(peak)
+        measured.append(peak)
+    return measured

@@ -220,10 +220,18 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+def renamed(directory: Path, name: str) -> None:
+    """A copy of the fabricated sweep under another sweep name (its manifest and spec)."""
+    for file in ("manifest.json", "spec.yaml"):
+        path = directory / file
+        path.write_text(path.read_text(encoding="utf-8").replace("quickstart", name), encoding="utf-8")
+
+
 def scratch_for(template: Path, scratch: Path) -> dict[str, Path]:
     """The scratch folder's sweeps and files; the placeholders' values."""
-    for name in ("runs/quickstart", "runs/scaling", "runs/old", "runs/new", "sweep"):
+    for name in ("runs/quickstart", "runs/transformers", "runs/scaling", "runs/old", "runs/new", "sweep"):
         shutil.copytree(template / "sweep", scratch / name)
+    renamed(scratch / "runs/transformers", "transformers")  # as analysis/transformers.yaml names its sweep
     shutil.copytree(template / "before", scratch / "sweeps" / "before")
     shutil.copytree(template / "after", scratch / "sweeps" / "after")
     shutil.copytree(template / "before", scratch / "baseline")
