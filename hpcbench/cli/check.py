@@ -1,15 +1,23 @@
-"""`hpcbench check`: the capability report of this interpreter and of every named
-environment (probed by hpcbench.plan.capabilities in each), as tables; `hpcbench check --peak`:
-this machine's peak FLOP/s, measured and cached for MFU (hpcbench.devices)."""
+"""`hpcbench check`: what works where, over this interpreter and every named environment
+(each probed by hpcbench.plan.capabilities in its own interpreter): one table of framework x
+backend, the environments it works in and the launchers it runs under, with the reasons where
+it works nowhere, each once; `--env NAME`: one environment's report in detail; `--json`: all
+of it as JSON. `hpcbench check --peak`: this machine's peak FLOP/s, measured and cached for MFU
+(hpcbench.devices)."""
 
 from __future__ import annotations
 
+import json
 import math
+from dataclasses import dataclass
 from typing import TextIO
 
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan.capabilities import Report, survey
+from hpcbench.workloads import zoo
+
+JSON_VERSION = 1  # of `hpcbench check --json`
 
 
 def _status(error: str | None, notes: list[str]) -> str:
@@ -71,30 +79,242 @@ def heading(label: str, report: Report) -> str:
     return f"{label}: {report['python']} (Python {report['python_version']})"
 
 
-def check(out: TextIO) -> int:
-    """The capability table of every environment (`hpcbench check`)."""
-    for i, (label, result) in enumerate(survey()):
-        if i:
-            print(file=out)
-        if isinstance(result, str):
-            print(f"{label}: {result}", file=out)
+Results = list[tuple[str, Report | str]]  # (environment, its report or why there is none), as `survey`
+
+
+@dataclass(frozen=True)
+class Row:
+    """One framework x backend over every environment probed."""
+
+    framework: str
+    backend: str
+    launchers: dict[str, list[str]]  # environment it works in -> the launchers it runs under there
+    reasons: dict[str, list[str]]  # where it works nowhere: reason -> environments it was found in
+    note: str = ""  # where it works nowhere: what the reasons' environments are, in words
+
+    @property
+    def name(self) -> str:
+        return f"{self.framework}/{self.backend}"
+
+    def as_json(self) -> dict[str, object]:
+        launchers = sorted({la for names in self.launchers.values() for la in names})
+        return {"framework": self.framework, "backend": self.backend, "environments": list(self.launchers),
+                "launchers": launchers, "by_environment": self.launchers, "reasons": self.reasons}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Models of the zoo a framework refuses, for one reason, in the environments it imports in."""
+
+    framework: str
+    models: list[str]
+    reason: str
+    environments: list[str]  # where it refuses them
+    everywhere: bool  # in every environment the framework imports in
+
+    def text(self) -> str:
+        names = ", ".join(self.models)
+        models = f"the {len(self.models)} transformers" if self.transformers else names
+        where = "" if self.everywhere else f" (in {', '.join(self.environments)})"
+        return f"{self.framework}: {models}{where}: {self.reason}"
+
+    @property
+    def transformers(self) -> bool:
+        return self.models == list(zoo.TRANSFORMER_NAMES)
+
+    def as_json(self) -> dict[str, object]:
+        return {"framework": self.framework, "models": self.models, "reason": self.reason,
+                "environments": self.environments}  # fmt: skip
+
+
+def _reports(results: Results) -> dict[str, Report]:
+    return {label: result for label, result in results if not isinstance(result, str)}
+
+
+def _row(framework: str, backend: str, reports: dict[str, Report], unprobed: list[str]) -> Row:
+    """Where framework x backend works; where nowhere, the reasons of the environments that got
+    furthest with it: those where it imports (no launcher starts it), else those where another of
+    the framework's backends imports (this one needs more), else all (the framework imports nowhere)."""
+    launchers: dict[str, list[str]] = {}
+    found: dict[int, dict[str, list[str]]] = {1: {}, 2: {}, 3: {}}
+    for label, report in reports.items():
+        backends = report["frameworks"].get(framework)
+        if backends is None or backend not in backends:
+            broken = report["broken_modules"].get(f"frameworks.{framework}")
+            error: str | None = f"does not import: {broken}" if broken else "not in this environment's hpcbench"
+            level = 1
         else:
-            print(heading(label, result), file=out)
-            print(render(result), file=out)
+            error = backends[backend]
+            level = 2 if error is not None and any(e is None for e in backends.values()) else 1
+        if error is not None:
+            found[level].setdefault(error, []).append(label)
+            continue
+        cells = [c for c in report["cells"] if (c["framework"], c["backend"]) == (framework, backend)]
+        working = [c["launcher"] for c in cells if c["error"] is None]
+        if working:
+            launchers[label] = sorted(working)
+        for cell in cells:
+            if cell["error"] is not None and not working:
+                found[3].setdefault(cell["error"], [])
+                if label not in found[3][cell["error"]]:
+                    found[3][cell["error"]].append(label)
+    if launchers:
+        return Row(framework, backend, launchers, {})
+    level = max((n for n in found if found[n]), default=0)
+    if level == 0:
+        return Row(framework, backend, {}, {"no environment could be probed": unprobed}, "")
+    where = sorted({env for envs in found[level].values() for env in envs}, key=list(reports).index)
+    note = {
+        3: f"where it imports: {', '.join(where)}",
+        2: f"where {framework} imports: {', '.join(where)}",
+        1: f"not probed: {', '.join(unprobed)}" if unprobed else "",
+    }[level]
+    return Row(framework, backend, {}, found[level], note)
+
+
+def rows(results: Results) -> list[Row]:
+    """One row per framework x backend of the registry (as the environments' hpcbench has it),
+    frameworks by name, backends in their order."""
+    reports = _reports(results)
+    unprobed = [label for label, result in results if isinstance(result, str)]
+    pairs: dict[str, list[str]] = {}
+    for report in reports.values():
+        for framework, backends in report["frameworks"].items():
+            known = pairs.setdefault(framework, [])
+            known += [b for b in backends if b not in known]
+    return [_row(fw, backend, reports, unprobed) for fw in sorted(pairs) for backend in pairs[fw]]
+
+
+def refusals(results: Results) -> list[Refusal]:
+    """The models each framework refuses, once per framework and reason (not per model or
+    environment)."""
+    found: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
+    imports: dict[str, list[str]] = {}  # framework -> the environments where one of its backends imports
+    for label, report in _reports(results).items():
+        for framework, backends in report["frameworks"].items():
+            if any(error is None for error in backends.values()):
+                imports.setdefault(framework, []).append(label)
+        for framework, refused in report["models"].items():
+            for model, why in refused.items():
+                models, envs = found.setdefault(framework, {}).setdefault(why, ([], []))
+                if model not in models:
+                    models.append(model)
+                if label not in envs:
+                    envs.append(label)
+    return [
+        Refusal(framework, [m for m in zoo.NAMES if m in models], why, envs, envs == imports.get(framework, envs))
+        for framework, reasons in sorted(found.items())
+        for why, (models, envs) in reasons.items()
+    ]
+
+
+def _launchers(row: Row) -> str:
+    """The launchers it runs under; one that does only in some of its environments names them."""
+    names = sorted({la for names in row.launchers.values() for la in names})
+    return ", ".join(
+        la
+        if all(la in working for working in row.launchers.values())
+        else f"{la} ({', '.join(env for env, working in row.launchers.items() if la in working)})"
+        for la in names
+    )
+
+
+def _environment(label: str, result: Report | str) -> list[str]:
+    """An environment's line, then its problems beyond the table (each indented below it)."""
+    if isinstance(result, str):
+        return [result]
+    problems = [f"module {name}: does not import: {error}" for name, error in result["broken_modules"].items()]
+    if result["hdf5"]["error"] is not None:
+        problems.append(f"parallel HDF5: {_gather(result['hdf5']['error'])}")
+    if result["build"]["error"] is not None:
+        problems.append(f"build record: no: {result['build']['error']}")
+    return [f"{result['python']} (Python {result['python_version']})", *problems]
+
+
+def overview(results: Results) -> str:
+    """The one table: each framework x backend, where it works and under which launchers; the
+    reasons where it works nowhere, each once; the models refused; the environments."""
+    table = rows(results)
+    notes: dict[str, list[str]] = {}  # reason (with where it was found) -> the rows it stands for
+    lines = [("framework", "backend", "environments", "launchers")]
+    for row in table:
+        if row.launchers:
+            lines.append((row.framework, row.backend, ", ".join(row.launchers), _launchers(row)))
+            continue
+        refs = []
+        for reason in row.reasons:
+            text = f"{reason} ({row.note})" if row.note else reason
+            notes.setdefault(text, []).append(row.name)
+            refs.append(str(list(notes).index(text) + 1))
+        lines.append((row.framework, row.backend, f"nowhere [{', '.join(refs)}]", ""))
+    out = ["Where each framework x backend works, and under which launchers:", textable.render(lines, indent="  ")]
+    if notes:
+        out += ["", "Why it works nowhere:"]
+        out += [f"  [{i}] {', '.join(names)}: {text}" for i, (text, names) in enumerate(notes.items(), 1)]
+    refused = refusals(results)
+    if refused:
+        transformers = (
+            f"; the transformers: {', '.join(zoo.TRANSFORMER_NAMES)}" if any(r.transformers for r in refused) else ""
+        )
+        out += ["", f"Models refused (each framework runs the zoo's others wherever it works{transformers}):"]
+        out += [f"  {refusal.text()}" for refusal in refused]
+    out += ["", "Environments (hpcbench check --env NAME: one in detail):"]
+    width = max(len(label) for label, _ in results)
+    for label, result in results:
+        first, *problems = _environment(label, result)
+        out.append(f"  {label:<{width}}  {first}")
+        out += [f"  {'':<{width}}  {problem}" for problem in problems]
+    return "\n".join(out)
+
+
+def as_json(results: Results) -> dict[str, object]:
+    """The one table, the models refused and each environment's report, as JSON."""
+    return {
+        "version": JSON_VERSION,
+        "rows": [row.as_json() for row in rows(results)],
+        "models": [refusal.as_json() for refusal in refusals(results)],
+        "environments": {
+            label: {"error": result, "report": None} if isinstance(result, str) else {"error": None, "report": result}
+            for label, result in results
+        },
+    }
+
+
+def check(out: TextIO, env: str | None = None, as_json_: bool = False) -> int:
+    """`hpcbench check`: the one table over every environment; with `env` that environment's
+    detailed report; with `as_json_` the same as JSON."""
+    results = survey(env)
+    if as_json_:
+        print(json.dumps(as_json(results), indent=2), file=out)
+    elif env is None:
+        print(overview(results), file=out)
+    else:
+        ((label, result),) = results
+        print(
+            f"{label}: {result}" if isinstance(result, str) else f"{heading(label, result)}\n{render(result)}", file=out
+        )
     return 0
 
 
 def command(
-    out: TextIO, peak: bool = False, device: str | None = None, dtype: str | None = None, seconds: float | None = None
+    out: TextIO,
+    peak: bool = False,
+    device: str | None = None,
+    dtype: str | None = None,
+    seconds: float | None = None,
+    env: str | None = None,
+    as_json_: bool = False,
 ) -> int:
-    """`hpcbench check` (the capability tables), or with `peak` the measured peaks."""
+    """`hpcbench check` (the capability table), or with `peak` the measured peaks."""
     if peak:
+        if env is not None or as_json_:
+            raise HpcbenchError(f"{'--env' if env is not None else '--json'} goes without --peak")
         return peaks(out, device or "cpu", dtype or "fp32", 2.0 if seconds is None else seconds)
     alone = [o for o, v in (("--device", device), ("--dtype", dtype), ("--seconds", seconds)) if v is not None]
     if alone:
         verb = "goes" if len(alone) == 1 else "go"
         raise HpcbenchError(f"{', '.join(alone)} {verb} with --peak (hpcbench check --peak {alone[0]} ...)")
-    return check(out)
+    return check(out, env, as_json_)
 
 
 def _dtypes(text: str) -> list[str]:

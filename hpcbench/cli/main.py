@@ -3,7 +3,7 @@
     hpcbench run SPEC.yaml [--out DIR] [--dry-run]    plan, then run or submit a sweep
     hpcbench status DIR [--wait]                      every point's state
     hpcbench resume DIR | cancel DIR                  rerun what is not complete | stop what runs
-    hpcbench check                                    what works in each environment
+    hpcbench check [--env NAME] [--json]              where each framework x backend works, and why not
     hpcbench analyze DIR                              scaling table and DIR/summary.csv
     hpcbench report DIR [--target-accuracy F]         report.html, report.md and CSV tables
     hpcbench trace POINT.h5 -o TRACE.json             Chrome-trace / Perfetto JSON of one point
@@ -46,7 +46,7 @@ SUBCOMMANDS = (
     Subcommand("status", "every point's state in a sweep directory", "sweep", ("status",)),
     Subcommand("resume", "rerun the points without a complete result", "sweep", ("resume",)),
     Subcommand("cancel", "stop queued and running points", "sweep", ("cancel",)),
-    Subcommand("check", "what works in this interpreter and each environment", "sweep", ("check",)),
+    Subcommand("check", "where each framework x backend works, in which environments", "sweep", ("check",)),
     Subcommand("analyze", "scaling table of a sweep directory (and summary.csv)", "analyze", ("analyze",)),
     Subcommand("report", "HTML report, Markdown and CSV tables of a sweep", "analyze", ("report",)),
     Subcommand("trace", "Chrome-trace / Perfetto JSON of one point file", "analyze", ("trace",)),

@@ -5,7 +5,7 @@
     python -m hpcbench.sweep resume DIR [-v]                          rerun what has no complete result
                                                                       (failed, stopped, never run)
     python -m hpcbench.sweep cancel DIR                               stop what is queued or running
-    python -m hpcbench.sweep check                                    what works in each environment
+    python -m hpcbench.sweep check [--env NAME] [--json]              what works in each environment
 
 Exit statuses (docs/running.md#outputs-and-exit-codes): 0 success; 1 when the results show a
 problem (a point failed or stopped); 2 bad input of any kind (an invalid spec, an `--out` that
@@ -324,7 +324,7 @@ def _count(n: int, what: str) -> str:
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     from hpcbench.cli import check  # probes each environment in a subprocess
 
-    return check.command(out, args.peak, args.device, args.dtype, args.seconds)
+    return check.command(out, args.peak, args.device, args.dtype, args.seconds, args.env, args.json)
 
 
 def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
@@ -360,6 +360,8 @@ def parser(prog: str = f"python -m {PROG}") -> argparse.ArgumentParser:
     check.add_argument("--device", choices=("cpu", "cuda"), help="with --peak: the device to measure (default cpu)")
     check.add_argument("--dtype", help="with --peak: fp32, tf32, bf16, fp16, comma-separated (default fp32)")
     check.add_argument("--seconds", type=float, help="with --peak: seconds timed per dtype (default 2)")
+    check.add_argument("--env", metavar="NAME", help="one environment in detail (.venv's name, modern, legacy, ...)")
+    check.add_argument("--json", action="store_true", help="the table and every environment's report as JSON")
     return p
 
 

@@ -7,8 +7,8 @@ the MPI and HDF5 libraries loaded are the ones the environment was built against
 record, hpcbench.rank.linkage), NVML and the BLAS libraries threadpoolctl sees.
 Each entry is "works" (error None, with a short detail) or the reason it does not.
 
-`python -m hpcbench.sweep check` runs this module once in each environment's interpreter, so
-no framework is ever imported into the sweep process; `--json` prints one JSON object
+`python -m hpcbench.sweep check` runs this module once in each environment's interpreter
+(`survey`), so no framework is ever imported into the sweep process; `--json` prints one JSON object
 (`REPORT_VERSION`) on stdout, whatever the frameworks print while they import.
 """
 
@@ -299,27 +299,45 @@ def run_probe(python: Path, timeout: float = 600, extra_path: Path | None = None
     return report
 
 
-def survey() -> list[tuple[str, Report | str]]:
-    """(label, report or reason) for this interpreter and every named environment."""
+def this_label() -> str:
+    """The name of the interpreter that runs `hpcbench check` in its report: its virtual
+    environment's folder (".venv"), else its program ("python3"); its prefix where that would
+    be taken for a named environment's."""
     from hpcbench.plan import envs
 
-    targets: list[tuple[str, Path | None, Path | None]] = [("this interpreter", Path(sys.executable), envs.ROOT)]
+    label = Path(sys.prefix).name if sys.prefix != sys.base_prefix else Path(sys.executable).name
+    return str(sys.prefix) if label in envs.NAMES or not label else label
+
+
+def survey(only: str | None = None) -> list[tuple[str, Report | str]]:
+    """(name, report or reason) for this interpreter (`this_label()`) and every named
+    environment, or for the one named `only` (raises naming the allowed ones if none is)."""
+    from hpcbench.plan import envs
+
+    this = this_label()
+    allowed = (this, *envs.NAMES)
+    if only is not None and only not in allowed:
+        raise HpcbenchError(f"--env: no environment {only!r} (allowed: {', '.join(allowed)})")
+    targets: list[tuple[str, Path | None, Path | None]] = []
+    if only in (None, this):
+        targets.append((this, Path(sys.executable), envs.ROOT))
     for name in envs.NAMES:
+        if only not in (None, name):
+            continue
         try:
-            targets.append((f"env {name}", envs.python(name), None))
+            targets.append((name, envs.python(name), None))
         except HpcbenchError:
-            targets.append((f"env {name}", None, None))
+            targets.append((name, None, None))
     with ThreadPoolExecutor(max_workers=len(targets)) as pool:
         futures = {label: pool.submit(run_probe, python, 600, path) for label, python, path in targets if python}
     results: list[tuple[str, Report | str]] = []
     for label, python, _ in targets:
-        name = label.removeprefix("env ")
         if python is None:
-            results.append((label, f"not built: {envs.build_command(name)} (looked in {envs.envs_dir() / name})"))
+            results.append((label, f"not built: {envs.build_command(label)} (looked in {envs.envs_dir() / label})"))
             continue
         result = futures[label].result()
-        if isinstance(result, str) and name in envs.NAMES:
-            result += f" (rebuild: {envs.build_command(name)})"
+        if isinstance(result, str) and label != this:
+            result += f" (rebuild: {envs.build_command(label)})"
         results.append((label, result))
     return results
 

@@ -17,7 +17,7 @@ from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import OptionsParser, Point, Sweep, load_sweep
 from hpcbench.sweepdir.layout import SweepDir
 
-Executors = Mapping[str, OptionsParser | None]
+Executors = Mapping[str, "OptionsParser | None"]  # a string: the caffe environment's Python 3.9 probes this
 """The registered executors as the plan sees them: name -> the parser of its options
 section (None for one without options). The plan sits below the executors, so whoever loads
 a spec hands them in (`hpcbench.executors.catalog()`)."""

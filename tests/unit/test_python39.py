@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpcbench"
-ENTRY = ("worker", "frameworks.caffe", "plan.capabilities", "launchers.mpirun", "launchers.srun")
+ENTRY = ("worker", "frameworks.caffe", "plan.capabilities", "plan.launch", "launchers.mpirun", "launchers.srun")
 
 
 def _file(module: str) -> Path | None:

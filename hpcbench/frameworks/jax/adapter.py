@@ -237,6 +237,14 @@ class JaxFramework(Framework):
         """The learnt weights' checksum (not the BatchNorm running statistics: each rank's own)."""
         return checksum(np.asarray(w) for w in self.weights)
 
+    def peak_device_memory(self) -> int | None:
+        """XLA's allocator peak on this rank's first local device (a GPU's; a CPU has no
+        such statistics: None)."""
+        import jax
+
+        stats = jax.local_devices()[0].memory_stats()
+        return int(stats["peak_bytes_in_use"]) if stats and "peak_bytes_in_use" in stats else None
+
     def versions(self) -> dict[str, str]:
         import jax
         import jaxlib
