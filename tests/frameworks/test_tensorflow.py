@@ -14,11 +14,14 @@ import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psutil  # type: ignore[import-untyped]
 import pytest
 
+from hpcbench.plan.launch import check_point
+from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 from hpcbench.testing.mpi import MPI_ENV
 from hpcbench.workloads import zoo as models
@@ -80,22 +83,81 @@ def check_learnt(data: PointData) -> float:
 
 
 def test_keras_models_have_the_parameter_counts_of_the_trees() -> None:
+    """Every model of the zoo: the image models and the tiny transformers built, with their
+    output shapes; every transformer (the published sizes too, up to Llama's 1.2 billion)
+    counted from its layers built on deferred variables, no weight allocated."""
     exe = env_python("modern", "tensorflow")
     code = (
-        "import json; from hpcbench.workloads import zoo; from hpcbench.frameworks.tensorflow import layers as m\n"
-        "print(json.dumps({n: [m.trainable_count(k := m.build(zoo.model(n))), list(k.output_shape[1:])]"
-        " for n in zoo.NAMES}))"
+        "import json; from hpcbench.workloads import zoo\n"
+        "from hpcbench.frameworks.tensorflow import blocks, layers as m\n"
+        "tiny = ('gpt_tiny', 'llama_tiny', 'bert_tiny', 'vit_tiny')\n"
+        "print(json.dumps({'built': {n: [m.trainable_count(k := m.build(zoo.model(n))), list(k.output_shape[1:])]"
+        " for n in zoo.IMAGE_NAMES + tiny},"
+        " 'abstract': {n: blocks.abstract_parameters(zoo.model(n)) for n in zoo.TRANSFORMER_NAMES}}))"
     )
     res = subprocess.run(
         [str(exe), "-c", code], capture_output=True, text=True, timeout=240, cwd=ROOT, env={**os.environ, **ENV}
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    built = json.loads(res.stdout.strip().splitlines()[-1])
-    assert sorted(built) == sorted(models.NAMES)
+    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    built, abstract = counts["built"], counts["abstract"]
+    assert sorted(built) == sorted([*models.IMAGE_NAMES, "gpt_tiny", "llama_tiny", "bert_tiny", "vit_tiny"])
     for name, (count, out_shape) in built.items():
         tree = models.model(name)
         assert count == models.count_parameters(tree), name
         assert tuple(out_shape) == models.shapes(tree), name
+    assert sorted(abstract) == sorted(models.TRANSFORMER_NAMES)
+    for name, count in abstract.items():
+        assert count == models.count_parameters(models.model(name)), name
+    assert abstract["gpt2_124m"] == 124_439_808 and abstract["llama_1b"] == 1_235_814_400
+
+
+def test_precisions_and_compile_modes_are_refused_where_they_cannot_run() -> None:
+    """At planning: tf32 is CUDA's; fp16 needs the loss scaling the parameter servers do not
+    run; a compile mode other than XLA's; every transformer is a model of the framework."""
+
+    def said(**fields: Any) -> list[tuple[str, str]]:
+        point = Point(**{"framework": "tensorflow", "backend": "multiworker", "ranks_per_node": 2, **fields})
+        return [(field, what) for field, what, _ in check_point(point)]
+
+    for name in models.TRANSFORMER_NAMES:
+        assert said(model=name) == [], name
+    for precision in ("fp32", "bf16", "fp16"):
+        assert said(model="gpt_tiny", precision=precision, compile="xla") == [], precision
+        assert said(backend="horovod", model="lenet", precision=precision) == [], precision
+    assert said(model="gpt_tiny", dataset="text", seq_len=32, precision="bf16") == []
+    assert said(backend="ps", model="gpt_tiny", precision="bf16", compile="xla") == []
+    ((field, what),) = said(model="gpt_tiny", precision="tf32")
+    assert field == "precision" and "CUDA" in what
+    assert said(model="gpt_tiny", precision="tf32", device="cuda") == []
+    ((field, what),) = said(backend="ps", model="gpt_tiny", precision="fp16")
+    assert field == "precision" and "LossScaleOptimizer" in what
+    ((field, what),) = said(model="gpt_tiny", compile="inductor")
+    assert field == "compile" and "'inductor'" in what
+
+
+def test_gpt_learns_text_in_fp32_and_bf16(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    """The tiny decoder on byte-level text, on two ranks (the strategy's all-reduce), in
+    float32 and in Keras' mixed_bfloat16: the loss falls, the gradients travel in float32
+    (4 bytes a parameter: the master weights stay float32), the ranks agree."""
+    env_python("modern", "tensorflow")
+    text = spec(
+        "multiworker", {"precision": ["fp32", "bf16"]}, model="gpt_tiny", dataset="text", seq_len=32, batch_size=8,
+        iterations=40, warmup=2, optimizer="adam", lr=3e-3,
+    )  # fmt: skip
+    points = {str(p.point.precision): p for p in run_sweep(write_spec, tmp_path / "sweep", text)}
+    assert sorted(points) == ["bf16", "fp32"]
+    for precision, data in points.items():
+        cells.check_phases(data, 42, cells.PHASES)
+        cells.check_messages(data, ("allreduce",), per_op=1, itemsize=4)
+        cells.check_weights_agree(data)
+        cells.check_learns_tokens(data)
+        assert data.iterations["loss"][:, -5:].mean() < 0.75 * data.iterations["loss"][:, :5].mean()
+        prov = data.provenance
+        assert prov["precision"] == precision
+        assert prov["dtype_policy"] == {"fp32": "float32", "bf16": "mixed_bfloat16"}[precision]
+        assert prov["attention"].startswith("keras.ops.dot_product_attention")
+        assert prov["compile"] == "none"
 
 
 def test_multiworker_exchanges_every_gradient_and_ranks_agree(write_spec: Callable[..., Path], tmp_path: Path) -> None:

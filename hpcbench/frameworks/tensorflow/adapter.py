@@ -43,6 +43,31 @@ On GPU, the stamps are host times at which the ops ran on the host: kernel launc
 asynchronous, so there the split between phases is approximate (the iteration's total is
 not).
 
+Models: the image models (`layers.py`) and the transformers (`blocks.py`: attention is
+`keras.ops.dot_product_attention`, which on the TensorFlow backend is einsum, masked softmax
+in float32, einsum: TensorFlow has no fused attention kernel, and Keras refuses
+`flash_attention=True` there). Losses: a classifier's cross-entropy, the autoencoder's
+squared error, a language model's mean token cross-entropy over every position ("lm") or
+over the masked positions only ("mlm"); always in float32. A test batch's loss is the sum
+of its samples' losses, a sequence's being its mean token loss.
+
+Precision (`precision`): Keras' dtype policy, set for the model's build and restored at
+teardown: fp32 `float32`; bf16 `mixed_bfloat16`; fp16 `mixed_float16`, the optimizer inside
+`keras.optimizers.LossScaleOptimizer` (dynamic loss scaling: the loss is scaled before
+backward, the gradients are exchanged scaled and unscaled by its step, which skips a step
+whose gradients are not finite: alike on every rank, as they see the same averaged
+gradients). Weights and gradients stay float32, so the messages carry 4 bytes a parameter
+whatever the policy. tf32 (CUDA only) is float32 with TensorFloat-32 matmuls; fp32 on CUDA
+turns them off (TensorFlow's default computes float32 matmuls in TensorFloat-32 on Ampere
+and later). fp16 is refused with the parameter servers (their kernels apply the gradients
+unscaled).
+
+Compile (`compile: xla`): the loss (model and loss function) is a `tf.function(jit_compile=True)`
+called inside the step, so XLA compiles forward and, as its gradient, backward; the
+optimizer step is one too (all-reduce backends). The step itself is not: its `tf.timestamp`
+stamps and the collectives (`CollectiveReduceV2`, Horovod's ops) have no XLA kernels.
+Unset: the step is a plain `tf.function` (graph mode, Grappler-optimised).
+
 Every rank is seeded identically (`point.seed`) so initial weights agree before any
 broadcast. `threads` sets TensorFlow's intra- and inter-op pools (before any op runs).
 `parameter_checksum` covers the trainable weights (the exchanged ones; batch-norm moving
@@ -60,6 +85,7 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
+from hpcbench.frameworks.tensorflow.stamps import Step
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
@@ -75,6 +101,13 @@ EXTRA_KEYS = {
 }
 
 
+# The Keras dtype policy of each precision (tf32: float32 layers, TensorFloat-32 matmuls on CUDA).
+POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
+TOKEN_TASKS = ("lm", "mlm")
+# The transformers' attention (blocks.py) and what it lowers to on the TensorFlow backend.
+ATTENTION = "keras.ops.dot_product_attention (tensorflow backend: einsum, masked softmax in float32, einsum)"
+
+
 def _int_option(point: Point, key: str, default: int, minimum: int) -> int:
     value = dict(point.extra).get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -88,8 +121,14 @@ class TensorFlowFramework(Framework):
     requires = ("tensorflow",)
     backends = ("multiworker", "ps", "horovod")
     backend_requires: ClassVar[dict[str, tuple[str, ...]]] = {"horovod": ("horovod.tensorflow",)}
-    models = zoo.NAMES
+    models = zoo.IMAGE_NAMES + zoo.TRANSFORMER_NAMES
     datasets = data.NAMES
+    # Keras' mixed-precision policies (weights and gradients stay float32; fp16 with
+    # `keras.optimizers.LossScaleOptimizer`); tf32: TensorFloat-32 matmuls on CUDA
+    precisions = tuple(POLICIES)
+    # xla: the loss (model and loss function) a `tf.function(jit_compile=True)`, so XLA
+    # compiles forward and its backward; the optimizer step one too (all-reduce backends)
+    compile_modes = ("xla",)
     traits: ClassVar[Mapping[str, Traits]] = {
         # the strategy's collective over gRPC, whose waits sleep; as the strategy does: one pack
         "multiworker": Traits(grouping="one_message", sleeping_wait=True),
@@ -102,6 +141,22 @@ class TensorFlowFramework(Framework):
         "ps": LauncherNeed("its cluster addresses are exchanged over MPI"),
         "horovod": LauncherNeed("Horovod connects the ranks", horovod=True),
     }
+
+    @classmethod
+    def _check_numerics(cls, point: Point) -> Iterable[Problem]:
+        """The precisions and compile mode of the point's device and backend: tf32 only on
+        CUDA, fp16 not with the parameter servers (no loss scaling there)."""
+        yield from super()._check_numerics(point)
+        allowed = ", ".join(p for p in cls.precisions if p != "tf32" or point.device == "cuda")
+        if point.precision == "tf32" and point.device != "cuda":
+            why = f"tf32 is a CUDA matmul mode (TensorFloat-32): there is none on the {point.device}"
+            yield "precision", why, allowed
+        if point.precision == "fp16" and point.backend == "ps":
+            why = (
+                "fp16 trains with Keras' LossScaleOptimizer, whose step the ps backend does not run "
+                "(its servers apply the gradients with TensorFlow's raw optimizer kernels, unscaled)"
+            )
+            yield "precision", why, ", ".join(p for p in allowed.split(", ") if p != "fp16")
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
@@ -126,6 +181,7 @@ class TensorFlowFramework(Framework):
         self._exchange: Any = None  # the ParameterServers or the AllReduce: `step(rec, x, y)`
         self.rank = 0
         self.size = 1
+        self._restore_policy: Any = None  # the dtype policy before build set the point's
 
     # ----------------------------------------------------------------------------------
     # setup: the distributed runtime
@@ -146,6 +202,9 @@ class TensorFlowFramework(Framework):
                 gpu = gpus[renv.local_rank % len(gpus)]
                 tf.config.set_visible_devices([gpu], "GPU")
                 tf.config.experimental.set_memory_growth(gpu, True)
+            # TensorFlow computes float32 matmuls in TensorFloat-32 on Ampere and later by
+            # default: fp32 means float32 here, tf32 asks for TensorFloat-32.
+            tf.config.experimental.enable_tensor_float_32_execution(point.precision == "tf32")
         else:
             tf.config.set_visible_devices([], "GPU")
         self._comm = comm
@@ -193,26 +252,44 @@ class TensorFlowFramework(Framework):
 
         tree = self.tree = model_for(point)
         train = self.load_data(point, tree, self.rank, self.size).train
+        # The point's policy for the layers built now (a rank builds one model; teardown
+        # restores the one before).
+        self._restore_policy = keras.mixed_precision.dtype_policy()
+        keras.mixed_precision.set_dtype_policy(POLICIES[point.precision or "fp32"])
         keras.utils.set_random_seed(point.seed)  # the same initial weights on every rank
         self.model, self.optimizer = self._model_and_optimizer(point, tree)
         self.variables = list(self.model.trainable_variables)
-        self._loss_fn = loss_fn = _loss_function(tree)
-        model = self.model
+        loss_fn = _loss_function(tree)
+        model, optimizer, variables = self.model, self.optimizer, self.variables
+        jit = point.compile == "xla"
 
-        def predict(x: Any) -> Any:
-            return model(x, training=False)
+        def evaluate(x: Any, y: Any) -> tuple[Any, Any]:
+            return _evaluation(tree, loss_fn, x, y, model(x, training=False))
 
-        self._predict = tf.function(predict, reduce_retracing=True)
-        x_spec = tf.TensorSpec((point.batch_size, *train.x.shape[1:]), tf.float32)
-        y_spec = tf.TensorSpec((point.batch_size,), tf.int64)
+        def forward(x: Any, y: Any) -> Any:
+            return loss_fn(x, y, model(x, training=True))
+
+        def update(grads: list[Any]) -> None:
+            optimizer.apply_gradients(zip(grads, variables, strict=True))
+
+        step = Step(
+            tf.function(forward, jit_compile=True) if jit else forward,
+            tf.function(update, jit_compile=True) if jit else update,
+            optimizer.scale_loss if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None,
+        )
+        x_spec = tf.TensorSpec((point.batch_size, *train.x.shape[1:]), tf.as_dtype(train.x.dtype))
+        y_spec = tf.TensorSpec((point.batch_size, *train.y.shape[1:]), tf.as_dtype(train.y.dtype))
+        # any batch size: the test's last batch may be short (one trace for both)
+        any_batch = [tf.TensorSpec((None, *spec.shape[1:]), spec.dtype) for spec in (x_spec, y_spec)]
+        self._evaluate = tf.function(evaluate, input_signature=any_batch, jit_compile=jit)
         if self._ps is not None:
             capacity = point.iterations_for(self.batches.steps_per_epoch)
-            self._ps.attach(model, loss_fn, x_spec, y_spec, point, capacity)
+            self._ps.attach(model, step.forward, x_spec, y_spec, point, capacity)
             self._exchange = self._ps
         else:
             bytes_per_pack = _int_option(point, "bytes_per_pack", 0, 0)
             specs = (x_spec, y_spec)
-            self._exchange = AllReduce(model, self.optimizer, loss_fn, specs, bytes_per_pack, self.size, self._hvd)
+            self._exchange = AllReduce(model, step, specs, bytes_per_pack, self.size, self._hvd)
 
     def _model_and_optimizer(self, point: Point, tree: zoo.Model) -> tuple[Any, Any]:
         """The Keras model and its optimizer, built (in the strategy's scope, if any)."""
@@ -232,11 +309,18 @@ class TensorFlowFramework(Framework):
 
     @classmethod
     def _optimizer(cls, point: Point) -> Any:
+        """The point's optimizer; fp16: inside Keras' `LossScaleOptimizer` (dynamic loss
+        scaling: the gradients are exchanged scaled, unscaled and checked by its step, which
+        skips a step with a non-finite gradient on every rank alike)."""
         import keras
 
         if point.optimizer == "adam":
-            return keras.optimizers.Adam(point.lr)
-        return keras.optimizers.SGD(point.lr, momentum=cls.momentum if point.optimizer == "momentum" else 0.0)
+            optimizer = keras.optimizers.Adam(point.lr)
+        else:
+            optimizer = keras.optimizers.SGD(point.lr, momentum=cls.momentum if point.optimizer == "momentum" else 0.0)
+        if point.precision == "fp16":
+            return keras.optimizers.LossScaleOptimizer(optimizer)
+        return optimizer
 
     # ----------------------------------------------------------------------------------
     # the timed step
@@ -261,10 +345,8 @@ class TensorFlowFramework(Framework):
     def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         import tensorflow as tf
 
-        xt, yt = tf.constant(x), tf.constant(y)
-        out = self._predict(xt)
-        loss = float(self._loss_fn(xt, yt, out)) * len(y)
-        return loss, int(np.sum(np.argmax(out.numpy(), axis=1) == y)) if self.tree.task == "classify" else 0
+        loss, correct = self._evaluate(tf.constant(x), tf.constant(y))
+        return float(loss), int(correct)
 
     def parameter_checksum(self) -> float:
         return checksum(v.numpy() for v in self.variables)
@@ -280,6 +362,18 @@ class TensorFlowFramework(Framework):
             "tf_intra_op_threads": str(tf.config.threading.get_intra_op_parallelism_threads()),
             "tf_inter_op_threads": str(tf.config.threading.get_inter_op_parallelism_threads()),
         }
+        point = self._point
+        out["precision"] = point.precision or "fp32"
+        out["dtype_policy"] = str(keras.mixed_precision.dtype_policy().name)
+        if point.device == "cuda":
+            out["tf32_execution"] = str(tf.config.experimental.tensor_float_32_execution_enabled())
+        if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+            out["loss_scaling"] = "keras.optimizers.LossScaleOptimizer (dynamic)"
+        out["compile"] = "xla: tf.function(jit_compile=True) of the loss and its backward" if point.compile else "none"
+        if point.compile and self._ps is None:
+            out["compile"] += ", and of the optimizer step"
+        if point.model in zoo.TRANSFORMER_NAMES:
+            out["attention"] = ATTENTION
         if self._strategy is not None:
             out["tf_strategy"] = type(self._strategy).__name__
         if self._hvd is not None:
@@ -300,23 +394,63 @@ class TensorFlowFramework(Framework):
             self._ps.close()
         if self._hvd is not None:
             self._hvd.shutdown()
+        if self._restore_policy is not None:
+            import keras
+
+            keras.mixed_precision.set_dtype_policy(self._restore_policy)
+
+
+def _token_losses(y: Any, out: Any) -> tuple[Any, Any]:
+    """Per-token cross-entropy of the logits `out` (B, S, vocab), in float32, and which
+    tokens count (B, S; 1.0 or 0.0): all but the targets the loss ignores (`data.IGNORED`,
+    a masked-LM's unmasked positions)."""
+    import tensorflow as tf
+
+    counted = tf.not_equal(y, data.IGNORED)
+    targets = tf.where(counted, y, tf.zeros_like(y))
+    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(targets, tf.cast(out, tf.float32))
+    weights = tf.cast(counted, tf.float32)
+    return losses * weights, weights
+
+
+def _evaluation(tree: zoo.Model, loss_fn: Callable[[Any, Any, Any], Any], x: Any, y: Any, out: Any) -> tuple[Any, Any]:
+    """Graph code of a test batch: (the loss summed over its samples, a sample's loss being
+    its mean token loss in a sequence model; its correctly classified samples, 0 for a model
+    that is not a classifier)."""
+    import tensorflow as tf
+
+    if tree.task in TOKEN_TASKS:
+        losses, counted = _token_losses(y, out)
+        per_sample = tf.reduce_sum(losses, axis=1) / tf.maximum(tf.reduce_sum(counted, axis=1), 1.0)
+        return tf.reduce_sum(per_sample), tf.constant(0, tf.int64)
+    total = loss_fn(x, y, out) * tf.cast(tf.shape(y)[0], tf.float32)
+    if tree.task != "classify":
+        return total, tf.constant(0, tf.int64)
+    return total, tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, axis=1), y), tf.int64))
 
 
 def _loss_function(tree: zoo.Model) -> Callable[[Any, Any, Any], Any]:
-    """loss(x, y, output): cross-entropy of the logits for a classifier, else the squared
-    error of the reconstruction of x."""
+    """loss(x, y, output), in float32 whatever the policy computes in: a language model's
+    mean token cross-entropy over every position ("lm") or over the masked ones only
+    ("mlm"); cross-entropy of the logits for a classifier, else the squared error of the
+    reconstruction of x."""
     import keras
     import tensorflow as tf
 
-    if tree.task == "classify":
+    if tree.task in TOKEN_TASKS:
+
+        def loss_fn(x: Any, y: Any, out: Any) -> Any:
+            losses, counted = _token_losses(y, out)
+            return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(counted), 1.0)
+    elif tree.task == "classify":
         loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
         def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return loss_obj(y, out)
+            return loss_obj(y, tf.cast(out, tf.float32))
     else:
         mse = keras.losses.MeanSquaredError()
 
         def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return mse(tf.reshape(x, (tf.shape(x)[0], -1)), out)
+            return mse(tf.reshape(x, (tf.shape(x)[0], -1)), tf.cast(out, tf.float32))
 
     return loss_fn

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from hpcbench.frameworks.tensorflow.cluster import worker_addresses
-from hpcbench.frameworks.tensorflow.stamps import Messages, stamp_after, stamped_gradients
+from hpcbench.frameworks.tensorflow.stamps import Messages, Step, stamp_after, stamped_gradients
 from hpcbench.rank.collectives import Comm
 from hpcbench.trace.recorder import Phase, Recorder
 
@@ -109,20 +109,23 @@ def horovod_pack(hvd: Any) -> Exchange:
 
 
 def all_reduce_step(
-    model: Any,
-    optimizer: Any,
+    forward: Callable[[Any, Any], Any],
+    update: Callable[[list[Any]], Any],
     variables: list[Any],
-    loss_fn: Callable[[Any, Any, Any], Any],
+    scale: Callable[[Any], Any] | None,
     groups: list[list[int]],
     exchange: Exchange,
     x_spec: Any,
     y_spec: Any,
 ) -> Callable[[Any, Any], tuple[Any, Any]]:
-    """The compiled training step of the all-reduce backends: loss and timestamps."""
+    """The compiled training step of the all-reduce backends: loss and timestamps.
+    `forward(x, y)` is the loss (an XLA-compiled function of its own under `compile: xla`:
+    its backward is compiled too), `update(gradients)` the optimizer step, `scale` the
+    loss scaling (fp16) or None."""
     import tensorflow as tf
 
     def train(x: Any, y: Any) -> tuple[Any, Any]:
-        loss, t_forward, grads, t_backward = stamped_gradients(model, loss_fn, variables, x, y)
+        loss, t_forward, grads, t_backward = stamped_gradients(forward, variables, x, y, scale)
         reduced: list[Any] = [None] * len(variables)
         begins, ends = [], []
         for k, group in enumerate(groups):
@@ -135,7 +138,7 @@ def all_reduce_step(
             ends.append(t1)
             for i, r in zip(group, out, strict=True):
                 reduced[i] = r
-        optimizer.apply_gradients(zip(reduced, variables, strict=True))
+        update(reduced)
         return loss, tf.stack([t_forward, t_backward, *begins, *ends])
 
     compiled: Callable[[Any, Any], tuple[Any, Any]] = tf.function(train, input_signature=[x_spec, y_spec])
@@ -149,8 +152,7 @@ class AllReduce:
     def __init__(
         self,
         model: Any,
-        optimizer: Any,
-        loss_fn: Callable[[Any, Any, Any], Any],
+        step: Step,
         specs: tuple[Any, Any],
         bytes_per_pack: int,
         size: int,
@@ -172,7 +174,7 @@ class AllReduce:
             exchange = horovod_pack(hvd)
         else:
             exchange = collective_pack(size, len(groups))
-        self._train = all_reduce_step(model, optimizer, variables, loss_fn, groups, exchange, *specs)
+        self._train = all_reduce_step(step.forward, step.update, variables, step.scale, groups, exchange, *specs)
 
     def step(self, rec: Recorder, x: Any, y: Any) -> Any:
         """One compiled step on tensors `x`, `y`, then its marks and messages; returns the loss."""

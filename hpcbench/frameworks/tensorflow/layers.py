@@ -1,4 +1,5 @@
-"""Keras 3 models built from the framework-neutral model trees of `hpcbench.workloads.zoo`.
+"""Keras 3 models built from the framework-neutral model trees of `hpcbench.workloads.zoo`
+(the transformers' by `blocks.py`).
 
 Imports TensorFlow and Keras at module level: import this module only where they exist
 (inside the TensorFlow adapter's methods).
@@ -92,7 +93,12 @@ def _sequence(layers: Sequence[zoo.Layer], x: Any, name: _Namer) -> Any:
 
 
 def build(model: zoo.Model) -> keras.Model:
-    """The Keras functional model of `model` (NHWC input, no batch axis fixed)."""
+    """The Keras functional model of `model` (NHWC input, no batch axis fixed); a
+    transformer's from `blocks.py`."""
+    from hpcbench.frameworks.tensorflow import blocks
+
+    if blocks.is_transformer(model):
+        return blocks.build(model)
     name = _Namer()
     inputs = keras.Input(shape=nhwc(model.input), name="input")
     outputs = _sequence(model.layers, inputs, name)

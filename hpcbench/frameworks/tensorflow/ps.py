@@ -152,8 +152,11 @@ class ParameterServers:
 
     # ----------------------------------------------------------------------------------
 
-    def attach(self, model: Any, loss_fn: Any, x_spec: Any, y_spec: Any, point: Point, capacity: int) -> None:
-        """Put `model`'s trainable variables on the servers and compile the step's functions."""
+    def attach(
+        self, model: Any, forward: Callable[[Any, Any], Any], x_spec: Any, y_spec: Any, point: Point, capacity: int
+    ) -> None:
+        """Put `model`'s trainable variables on the servers and compile the step's functions
+        (`forward(x, y)`: the loss of `model`)."""
         import tensorflow as tf
 
         variables = list(model.trainable_variables)
@@ -166,7 +169,7 @@ class ParameterServers:
             shared.initialise(variables)
         self.comm.barrier()  # the servers hold the initial weights
 
-        push = _push_function(model, loss_fn, variables, shared, self.local, self.sync, float(self.size))
+        push = _push_function(forward, variables, shared, self.local, self.sync, float(self.size))
         self._push = tf.function(push, input_signature=[x_spec, y_spec])
         self._apply_sum = tf.function(shared.apply_sum)
         self._pull = tf.function(_pull_function(variables, shared, self.local))
@@ -320,7 +323,12 @@ class SharedVariables:
 
 
 def _push_function(
-    model: Any, loss_fn: Any, variables: list[Any], shared: SharedVariables, local: str, sync: bool, n_workers: float
+    forward: Callable[[Any, Any], Any],
+    variables: list[Any],
+    shared: SharedVariables,
+    local: str,
+    sync: bool,
+    n_workers: float,
 ) -> Callable[[Any, Any], tuple[Any, Any, Any]]:
     """Graph code of a worker's push: forward and backward on its copy, then each gradient to
     its server (applied there, or added to its accumulator in synchronous mode).
@@ -331,7 +339,7 @@ def _push_function(
 
     def push(x: Any, y: Any) -> tuple[Any, Any, Any]:
         with tf.device(local):
-            loss, t_forward, grads, t_backward = stamped_gradients(model, loss_fn, variables, x, y)
+            loss, t_forward, grads, t_backward = stamped_gradients(forward, variables, x, y)
         version = tf.constant(0, tf.int64)
         if not sync:
             version = shared.next_version()  # one applied push more

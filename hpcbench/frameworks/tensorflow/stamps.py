@@ -12,11 +12,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from hpcbench.trace.recorder import Phase, Recorder
+
+
+@dataclass(frozen=True)
+class Step:
+    """What a backend's compiled step runs around its messages: `forward(x, y)`, the loss
+    (under `compile: xla` an XLA-compiled function: its backward is compiled too);
+    `update(gradients)`, the optimizer step on the model's trainable variables (the
+    all-reduce backends); `scale`, the loss scaling backward starts from (fp16), or None."""
+
+    forward: Callable[[Any, Any], Any]
+    update: Callable[[list[Any]], Any]
+    scale: Callable[[Any], Any] | None = None
 
 
 class Messages:
@@ -63,20 +76,26 @@ def stamp_after(deps: Sequence[Any]) -> Any:
 
 
 def stamped_gradients(
-    model: Any, loss_fn: Callable[[Any, Any, Any], Any], variables: list[Any], x: Any, y: Any
+    forward: Callable[[Any, Any], Any],
+    variables: list[Any],
+    x: Any,
+    y: Any,
+    scale: Callable[[Any], Any] | None = None,
 ) -> tuple[Any, Any, list[Any], Any]:
-    """Graph code: forward and backward, stamped at their ends. Returns (loss, forward end,
-    gradients of `variables`, backward end: every gradient is ready)."""
+    """Graph code: forward (`forward(x, y)`: the loss) and backward, stamped at their ends.
+    `scale` (a loss-scaling optimizer's `scale_loss`) scales the loss backward starts from.
+    Returns (loss, forward end, gradients of `variables`, backward end: every gradient is ready)."""
     import tensorflow as tf
 
     with tf.GradientTape() as tape:
-        loss = loss_fn(x, y, model(x, training=True))
-    t_forward = stamp_after([loss])
+        loss = forward(x, y)
+        objective = loss if scale is None else scale(loss)
+    t_forward = stamp_after([objective])
     # Backward starts from a seed gradient that waits for the forward stamp: otherwise
     # the scheduler may run backward before the (cheap, unneeded) loss reduction, and
     # the stamp would land after it.
     with tf.control_dependencies([t_forward]):
-        seed = tf.ones_like(loss)
-    grads = tape.gradient(loss, variables, output_gradients=seed)
+        seed = tf.ones_like(objective)
+    grads = tape.gradient(objective, variables, output_gradients=seed)
     t_backward = stamp_after(grads)
     return loss, t_forward, grads, t_backward
