@@ -140,6 +140,8 @@ class Framework(ABC):
             why = cls.refusals.get(point.model, f"{point.model!r} is not a model of framework {cls.name!r}")
             yield "model", why, ", ".join(cls.models)
             return
+        if point.optimizer not in cls.optimizers:
+            yield "optimizer", f"{cls.name} has no {point.optimizer!r} optimizer here", ", ".join(cls.optimizers)
         yield from cls._check_numerics(point)
         if point.dataset not in cls.datasets:
             yield "dataset", f"{point.dataset!r} is not supported by {cls.name!r}", ", ".join(cls.datasets)
@@ -150,8 +152,6 @@ class Framework(ABC):
     @classmethod
     def _check_numerics(cls, point: Point) -> Iterable[Problem]:
         """The point's precision and compile mode against this framework's."""
-        if point.optimizer not in cls.optimizers:
-            yield "optimizer", f"{cls.name} has no {point.optimizer!r} optimizer here", ", ".join(cls.optimizers)
         if point.precision is not None and point.precision not in cls.precisions:
             yield "precision", f"{cls.name} does not train in {point.precision}", ", ".join(cls.precisions)
         if point.compile is not None and point.compile not in cls.compile_modes:

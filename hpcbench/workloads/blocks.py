@@ -107,3 +107,6 @@ class Pooling:
     """(S, D) -> (D,): the first token (ViT's class token) or the mean over tokens."""
 
     kind: str = "first"  # "first" | "mean"
+
+
+RECORDS = (Embedding, Positions, Patches, Norm, Attention, FeedForward, Block, TokenHead, Pooling)

@@ -10,17 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from hpcbench.errors import HpcbenchError
-from hpcbench.workloads.blocks import (
-    Attention,
-    Block,
-    Embedding,
-    FeedForward,
-    Norm,
-    Patches,
-    Pooling,
-    Positions,
-    TokenHead,
-)
+from hpcbench.workloads import blocks as b
 from hpcbench.workloads.layers import (
     BatchNorm,
     Concat,
@@ -85,11 +75,11 @@ def _combined_output(layer: Concat | Residual, shape: Shape, where: str) -> Shap
 def _sequence_output(layer: Layer, shape: Shape, where: str) -> Shape:
     """Shape after a transformer layer (`blocks.py`): (S,) token ids or (S, D) hidden states."""
     name = type(layer).__name__
-    if isinstance(layer, Embedding):
+    if isinstance(layer, b.Embedding):
         if len(shape) != 1:
             raise HpcbenchError(f"{where}Embedding needs token ids (S,), got shape {shape}")
         return (shape[0], layer.dim)
-    if isinstance(layer, Patches):
+    if isinstance(layer, b.Patches):
         if len(shape) != 3 or shape[1] % layer.patch or shape[2] % layer.patch:
             raise HpcbenchError(
                 f"{where}Patches of {layer.patch} need an image (C, H, W) with H and W multiples of "
@@ -99,18 +89,18 @@ def _sequence_output(layer: Layer, shape: Shape, where: str) -> Shape:
     if len(shape) != 2:
         raise HpcbenchError(f"{where}{name} needs hidden states (S, D), got shape {shape}")
     tokens, dim = shape
-    if isinstance(layer, Positions) and tokens > layer.max_len:
+    if isinstance(layer, b.Positions) and tokens > layer.max_len:
         raise HpcbenchError(f"{where}{tokens} tokens is more than the {layer.max_len} positions the model learns")
-    if isinstance(layer, (Attention, Block)):
-        attention = layer.attention if isinstance(layer, Block) else layer
+    if isinstance(layer, (b.Attention, b.Block)):
+        attention = layer.attention if isinstance(layer, b.Block) else layer
         if dim % attention.heads or attention.heads % attention.groups or (dim // attention.heads) % 2:
             raise HpcbenchError(
                 f"{where}{attention.heads} heads ({attention.groups} for K and V) do not split {dim} features "
                 "into even head widths"
             )
-    if isinstance(layer, TokenHead):
+    if isinstance(layer, b.TokenHead):
         return (tokens, layer.vocab)
-    if isinstance(layer, Pooling):
+    if isinstance(layer, b.Pooling):
         return (dim,)
     return shape  # Positions, Norm, Attention, FeedForward, Block keep (S, D)
 
@@ -126,7 +116,7 @@ def output_shape(layer: Layer, shape: Shape, where: str = "") -> Shape:
         if len(shape) not in (1, 2):
             raise HpcbenchError(f"{where}Dense needs a flat input or hidden states (S, D), got shape {shape}")
         out_shape = (*shape[:-1], layer.out)
-    elif isinstance(layer, (Embedding, Positions, Patches, Norm, Attention, FeedForward, Block, TokenHead, Pooling)):
+    elif isinstance(layer, b.RECORDS):
         out_shape = _sequence_output(layer, shape, where)
     elif isinstance(layer, (Concat, Residual)):
         out_shape = _combined_output(layer, shape, where)
@@ -157,7 +147,7 @@ def leaves(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shape
         elif isinstance(layer, Residual):
             yield from leaves(layer.body, shape)
             yield from leaves(layer.shortcut, shape)
-        elif isinstance(layer, Block):
+        elif isinstance(layer, b.Block):
             parts = (layer.norm, layer.attention, layer.norm, layer.mlp)
             order = parts if layer.pre_norm else (parts[1], parts[0], parts[3], parts[2])
             for part in order:
@@ -167,30 +157,30 @@ def leaves(layers: Sequence[Layer], shape: Shape) -> Iterator[tuple[Layer, Shape
         shape = output_shape(layer, shape)
 
 
-def kv_width(attention: Attention, dim: int) -> int:
+def kv_width(attention: b.Attention, dim: int) -> int:
     """Features of K (and of V): kv heads x head width."""
     return attention.groups * (dim // attention.heads)
 
 
 def _sequence_parameters(layer: Layer, shape: Shape) -> int:
     dim = shape[-1]
-    if isinstance(layer, Embedding):
+    if isinstance(layer, b.Embedding):
         return (layer.vocab + layer.types) * layer.dim
-    if isinstance(layer, Positions):
+    if isinstance(layer, b.Positions):
         return layer.max_len * dim
-    if isinstance(layer, Patches):
+    if isinstance(layer, b.Patches):
         tokens = (shape[1] // layer.patch) * (shape[2] // layer.patch) + 1
         return shape[0] * layer.patch**2 * layer.dim + layer.dim + layer.dim + tokens * layer.dim
-    if isinstance(layer, Norm):
+    if isinstance(layer, b.Norm):
         return 2 * dim if layer.kind == "layer" else dim
-    if isinstance(layer, Attention):
+    if isinstance(layer, b.Attention):
         kv = kv_width(layer, dim)
         return 2 * dim * dim + 2 * dim * kv + ((2 * dim + 2 * kv) if layer.bias else 0)
-    if isinstance(layer, FeedForward):
+    if isinstance(layer, b.FeedForward):
         if layer.kind == "swiglu":
             return 3 * dim * layer.hidden + ((2 * layer.hidden + dim) if layer.bias else 0)
         return 2 * dim * layer.hidden + ((layer.hidden + dim) if layer.bias else 0)
-    if isinstance(layer, TokenHead):
+    if isinstance(layer, b.TokenHead):
         return (0 if layer.tied else dim * layer.vocab) + (layer.vocab if layer.bias else 0)
     return 0
 

@@ -33,17 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hpcbench.workloads.blocks import (
-    Attention,
-    Block,
-    Embedding,
-    FeedForward,
-    Norm,
-    Patches,
-    Pooling,
-    Positions,
-    TokenHead,
-)
+from hpcbench.workloads import blocks as b
 from hpcbench.workloads.layers import Activation, Dense, Layer, Shape
 
 
@@ -61,13 +51,13 @@ class Size:
 
 def _gpt(s: Size) -> Callable[[int], tuple[Layer, ...]]:
     def layers(vocab: int) -> tuple[Layer, ...]:
-        block = Block(Attention(s.heads, causal=True), FeedForward(s.hidden, "gelu"), Norm("layer"))
+        block = b.Block(b.Attention(s.heads, causal=True), b.FeedForward(s.hidden, "gelu"), b.Norm("layer"))
         return (
-            Embedding(vocab, s.dim),
-            Positions(s.positions),
+            b.Embedding(vocab, s.dim),
+            b.Positions(s.positions),
             *(block,) * s.layers,
-            Norm("layer"),
-            TokenHead(vocab, tied=True),
+            b.Norm("layer"),
+            b.TokenHead(vocab, tied=True),
         )
 
     return layers
@@ -75,26 +65,26 @@ def _gpt(s: Size) -> Callable[[int], tuple[Layer, ...]]:
 
 def _llama(s: Size, theta: float) -> Callable[[int], tuple[Layer, ...]]:
     def layers(vocab: int) -> tuple[Layer, ...]:
-        attention = Attention(s.heads, causal=True, kv_heads=s.kv_heads, rotary=True, bias=False, rope_theta=theta)
-        block = Block(attention, FeedForward(s.hidden, "swiglu", bias=False), Norm("rms"))
-        return (Embedding(vocab, s.dim), *(block,) * s.layers, Norm("rms"), TokenHead(vocab, tied=True))
+        attention = b.Attention(s.heads, causal=True, kv_heads=s.kv_heads, rotary=True, bias=False, rope_theta=theta)
+        block = b.Block(attention, b.FeedForward(s.hidden, "swiglu", bias=False), b.Norm("rms"))
+        return (b.Embedding(vocab, s.dim), *(block,) * s.layers, b.Norm("rms"), b.TokenHead(vocab, tied=True))
 
     return layers
 
 
 def _bert(s: Size) -> Callable[[int], tuple[Layer, ...]]:
     def layers(vocab: int) -> tuple[Layer, ...]:
-        norm = Norm("layer", 1e-12)
-        block = Block(Attention(s.heads, causal=False), FeedForward(s.hidden, "gelu"), norm, pre_norm=False)
+        norm = b.Norm("layer", 1e-12)
+        block = b.Block(b.Attention(s.heads, causal=False), b.FeedForward(s.hidden, "gelu"), norm, pre_norm=False)
         return (
-            Embedding(vocab, s.dim, types=2),
-            Positions(s.positions),
+            b.Embedding(vocab, s.dim, types=2),
+            b.Positions(s.positions),
             norm,
             *(block,) * s.layers,
             Dense(s.dim),  # the masked-LM head's transform
             Activation("gelu"),
             norm,
-            TokenHead(vocab, tied=True, bias=True),
+            b.TokenHead(vocab, tied=True, bias=True),
         )
 
     return layers
@@ -102,9 +92,9 @@ def _bert(s: Size) -> Callable[[int], tuple[Layer, ...]]:
 
 def _vit(s: Size, patch: int) -> Callable[[int], tuple[Layer, ...]]:
     def layers(classes: int) -> tuple[Layer, ...]:
-        norm = Norm("layer", 1e-6)
-        block = Block(Attention(s.heads, causal=False), FeedForward(s.hidden, "gelu"), norm)
-        return (Patches(patch, s.dim), *(block,) * s.layers, norm, Pooling("first"), Dense(classes))
+        norm = b.Norm("layer", 1e-6)
+        block = b.Block(b.Attention(s.heads, causal=False), b.FeedForward(s.hidden, "gelu"), norm)
+        return (b.Patches(patch, s.dim), *(block,) * s.layers, norm, b.Pooling("first"), Dense(classes))
 
     return layers
 

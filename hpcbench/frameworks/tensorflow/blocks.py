@@ -31,7 +31,7 @@ from typing import Any
 import keras
 from keras import ops
 
-from hpcbench.frameworks.tensorflow.layers import nhwc
+from hpcbench.frameworks.tensorflow.layers import Namer, nhwc
 from hpcbench.workloads import zoo
 from hpcbench.workloads.shapes import kv_width, output_shape
 
@@ -253,22 +253,10 @@ class Pooling(keras.layers.Layer):  # type: ignore[misc]
         return (input_shape[0], input_shape[2])
 
 
-class _Namer:
-    """Stable, readable layer names (they name the gradient messages)."""
-
-    def __init__(self) -> None:
-        self.counts: dict[str, int] = {}
-
-    def __call__(self, kind: str) -> str:
-        n = self.counts.get(kind, 0)
-        self.counts[kind] = n + 1
-        return f"{kind}{n}"
-
-
 Stack = list[tuple[keras.layers.Layer, dict[str, Any]]]  # layers applied in turn, with their call's keywords
 
 
-def _layers(layer: zoo.Layer, dim: int, name: _Namer, embedding: TokenEmbedding | None) -> Stack:
+def _layers(layer: zoo.Layer, dim: int, name: Namer, embedding: TokenEmbedding | None) -> Stack:
     """The Keras layers of one record whose input has `dim` features, in call order."""
     if isinstance(layer, zoo.Positions):
         return [(PositionEmbedding(layer.max_len, name=name("positions")), {})]
@@ -301,7 +289,7 @@ def _layers(layer: zoo.Layer, dim: int, name: _Namer, embedding: TokenEmbedding 
 def stacks(model: zoo.Model) -> Iterator[tuple[Stack, zoo.Shape, zoo.Shape]]:
     """Each record's Keras layers with the record's input and output shapes (the tree's: no
     batch axis; an image (C, H, W))."""
-    name = _Namer()
+    name = Namer()
     embedding: TokenEmbedding | None = None
     shape = model.input
     for layer in model.layers:

@@ -34,7 +34,7 @@ def nhwc(shape: zoo.Shape) -> tuple[int, ...]:
     return (shape[1], shape[2], shape[0]) if len(shape) == 3 else tuple(shape)
 
 
-class _Namer:
+class Namer:
     """Stable, readable layer names (they name the gradient messages)."""
 
     def __init__(self) -> None:
@@ -46,13 +46,13 @@ class _Namer:
         return f"{kind}{n}"
 
 
-def _pad(x: Any, rows: int, cols: int, name: _Namer) -> Any:
+def _pad(x: Any, rows: int, cols: int, name: Namer) -> Any:
     if rows or cols:
         return keras.layers.ZeroPadding2D(((rows, rows), (cols, cols)), name=name("pad"))(x)
     return x
 
 
-def _apply(layer: zoo.Layer, x: Any, name: _Namer) -> Any:
+def _apply(layer: zoo.Layer, x: Any, name: Namer) -> Any:
     if isinstance(layer, zoo.Conv):
         x = _pad(x, layer.pad[0], layer.pad[1], name)
         conv = keras.layers.Conv2D(
@@ -86,7 +86,7 @@ def _apply(layer: zoo.Layer, x: Any, name: _Namer) -> Any:
     raise TypeError(f"no Keras layer for {layer!r}")
 
 
-def _sequence(layers: Sequence[zoo.Layer], x: Any, name: _Namer) -> Any:
+def _sequence(layers: Sequence[zoo.Layer], x: Any, name: Namer) -> Any:
     for layer in layers:
         x = _apply(layer, x, name)
     return x  # empty: the identity
@@ -99,7 +99,7 @@ def build(model: zoo.Model) -> keras.Model:
 
     if blocks.is_transformer(model):
         return blocks.build(model)
-    name = _Namer()
+    name = Namer()
     inputs = keras.Input(shape=nhwc(model.input), name="input")
     outputs = _sequence(model.layers, inputs, name)
     return keras.Model(inputs, outputs, name=model.name)

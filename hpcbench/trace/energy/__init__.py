@@ -1,0 +1,70 @@
+"""Energy readers: what a node's counters say it spent, or why they cannot say.
+
+- `RaplReader` (rapl.py): CPU packages and their DRAM / core / uncore sub-zones, and psys,
+  from the kernel's powercap tree; cumulative microjoules, wraps counted.
+- `NvmlEnergyReader` (nvml.py): a GPU's energy counter through NVML, or its power
+  integrated over time where the board has no counter.
+- record.py: `EnergySample` (one reading), `energy_between` (two readings, flagged where the
+  window is shorter than the counter's update interval), `summarise` (a window's joules,
+  seconds and average watts per domain), `Absent` (a source that cannot be read, and why).
+
+Each reader's ``open`` returns the reader or an `Absent`; a reader's ``read`` returns
+``{domain: cumulative microjoules}`` and ``sample(t_ns)`` the same as `EnergySample` rows.
+Where nothing can be read the source is absent with its reason: no energy is estimated in
+its place. These readers do not depend on the resource sampler; `sources_here` says what
+this machine offers (for ``hpcbench check``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcbench.trace.energy.nvml import NvmlEnergyReader
+from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
+from hpcbench.trace.energy.record import (
+    NVML_UPDATE_INTERVAL_S,
+    Absent,
+    EnergySample,
+    EnergyWindow,
+    Summary,
+    energy_between,
+    summarise,
+)
+
+__all__ = [
+    "NVML_UPDATE_INTERVAL_S",
+    "POWERCAP_ROOT",
+    "Absent",
+    "EnergySample",
+    "EnergyWindow",
+    "NvmlEnergyReader",
+    "RaplReader",
+    "Summary",
+    "energy_between",
+    "sources_here",
+    "summarise",
+]
+
+
+def sources_here(root: str = POWERCAP_ROOT, nvml: Any = None) -> list[str]:
+    """One line per energy source of this machine: "rapl: package-0, dram-0 (readable)",
+    "rapl: absent: <why>", "nvml energy: GPU 0 (<name>): <method>", "nvml energy: absent: <why>".
+
+    Opens each source, reads it once and closes it again. `nvml`: pynvml or a stand-in.
+    """
+    rapl = RaplReader.open(root)
+    if isinstance(rapl, Absent):
+        lines = [f"rapl: {rapl}"]
+    else:
+        lines = [f"rapl: {rapl.describe()}"]
+        rapl.close()
+    gpus = NvmlEnergyReader.open_all(nvml)
+    if isinstance(gpus, Absent):
+        return [*lines, f"nvml energy: {gpus}"]
+    for gpu in gpus:
+        if isinstance(gpu, Absent):
+            lines.append(f"nvml energy: {gpu}")
+        else:
+            lines.append(f"nvml energy: {gpu.describe()}")
+            gpu.close()
+    return lines
