@@ -127,8 +127,16 @@ def test_synthetic_tokens_are_learnable() -> None:
         ({"model": "lenet", "seq_len": 64}, "seq_len", "reads images, not token sequences"),
         ({"model": "gpt_tiny", "seq_len": 4096}, "seq_len", "more than the 128 positions"),
         ({"model": "gpt_tiny", "precision": "tf32"}, "precision", "tf32 is a CUDA matmul mode"),
-        ({"model": "gpt_tiny", "framework": "theano", "backend": "mpi"}, "model", "neither has a fused attention kernel"),
-        ({"model": "gpt_tiny", "framework": "jax", "backend": "pmean", "optimizer": "adamw"}, "optimizer", "no 'adamw'"),
+        (
+            {"model": "gpt_tiny", "framework": "theano", "backend": "mpi"},
+            "model",
+            "neither has a fused attention kernel",
+        ),
+        (
+            {"model": "gpt_tiny", "framework": "jax", "backend": "pmean", "optimizer": "adamw"},
+            "optimizer",
+            "no 'adamw'",
+        ),
         ({"model": "gpt_tiny", "compile": "fastest"}, "compile", "'fastest' is not a compile mode of torch"),
     ],
 )
