@@ -191,7 +191,7 @@ def test_transformers_train_on_two_ranks_with_their_figures(write_spec: Callable
             dataset="text",
             seq_len=32,
             batch_size=8,
-            iterations=40,
+            iterations=30,
             warmup=2,
             optimizer="adamw",
             lr=0.003,
