@@ -38,6 +38,7 @@ from hpcbench.store.traits import Traits
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 from hpcbench.sweepdir.layout import SweepDir, keep_aside
 from hpcbench.sweepdir.runfile import RunFile
+from hpcbench.trace.energy.meter import EnergyMeter
 from hpcbench.trace.recorder import clock_offset_ns
 from hpcbench.trace.sampler import Sampler
 
@@ -195,6 +196,8 @@ class PointRun:
         epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
         gpu = renv.local_rank if point.device == "cuda" else None
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
+        # the GPU's energy counter, and the host's RAPL counters on its local rank 0: read between steps only
+        self.energy = EnergyMeter(comm.rank, offset, epoch, renv.local_rank, gpu)
         extra: dict[str, Any] = {
             **framework.versions(),
             **workload.recorded(point),  # the model FLOPs and tokens per sample, the peak MFU is taken against
@@ -204,6 +207,8 @@ class PointRun:
             "writer": kind,
             # how each rank reads CPU, GPU and InfiniBand ("absent: <why>" where it cannot)
             "resource_sources": comm.allgather(self.sampler.sources),
+            # how each rank reads its GPU's energy and its host's RAPL ("absent: <why>", "not read: <why>")
+            "energy_sources": comm.allgather(self.energy.sources),
         }
         # the threads a rank computes on (analysis/model/contention.py): the most any rank took
         threads = _most(comm.allgather(framework.compute_threads(point)))
@@ -214,6 +219,7 @@ class PointRun:
         if _complete_already(out, comm):  # a requeued job whose first run finished
             print(f"hpcbench.worker: {out} is complete already; not run again", file=sys.stderr, flush=True)
             self.sampler.stop()
+            self.energy.close()
             framework.teardown()
             return False
         self.n_iterations = point.iterations_for(framework.steps_per_epoch())
@@ -223,15 +229,20 @@ class PointRun:
         self.evals = Evaluations(framework, comm.rank)
         return True
 
-    def flush(self) -> None:
+    def flush(self, read_energy: bool = True) -> None:
+        """Write the rows recorded since the last flush (collective); `read_energy`: read the
+        energy counters first (inside the timed loop; not after it, once the test pass ran)."""
         rec = self.rec
         assert rec.comm is not None
         first = rec.first
         rows = rec.drain()  # before the messages: on a GPU, comm_total sums their device times
+        if read_energy:  # after the drain: on a GPU it waited for the block's recorded work
+            self.energy.read()
         tables = {
             schema.COMM: rec.comm.drain(),
             schema.RESOURCES: self.sampler.drain(),
             schema.EVAL: self.evals.drain(),
+            schema.ENERGY: self.energy.drain(),
         }
         self.writer.write_iterations(first, rows, tables)
 
@@ -248,6 +259,7 @@ class PointRun:
 
     def _begin(self, comm: Comm, watchdog: Watchdog | None) -> None:
         comm.barrier()  # everyone starts the timed loop together
+        self.energy.read()  # the loop begins (warm-up included)
         if comm.rank == 0:
             print(f"hpcbench.worker: point {self.point.id}: {LOOP_BEGINS}, {self.n_iterations} iterations", flush=True)
         if watchdog is not None:
@@ -278,6 +290,7 @@ class PointRun:
             rec.stop(point.batch_size, loss)
             if i + 1 == point.warmup:  # the timed window opens: a sample at its start (between steps)
                 self.sampler.sample_now()
+                self.energy.read()
             done = i + 1 - point.warmup
             if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
                 with watched(watchdog, f"the test pass after epoch {done // steps} (collective)"):
@@ -289,6 +302,7 @@ class PointRun:
             if watchdog is not None:
                 watchdog.beat(i)
         self.sampler.sample_now()  # the timed window closes (before the final test pass)
+        self.energy.read()
         self.ran = stop.finish()  # every rank ran this many: all, or up to the agreed stop
         if not steps and self.ran == self.n_iterations:
             self.evals.run(0, self.n_iterations)
@@ -298,7 +312,8 @@ class PointRun:
     def finish(self) -> int:
         """Write the last rows, the status and close; the exit code (0, or EXIT_CODE if stopped)."""
         self.sampler.stop()
-        self.flush()  # the last iterations and samples
+        self.flush(read_energy=False)  # the last iterations and samples (energy was read as the loop ended)
+        self.energy.close()
         self.stop.close()
         p, kind, comm = self.point, self.writer.kind, self.comm
         assert comm is not None

@@ -84,6 +84,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("peak_device_gib", "device mem (GiB)", number(2), "the allocator's peak, largest rank"),
     Metric("peak_host_gib", "host RSS (GiB)", number(2), "the process's peak resident set, largest rank"),
     Metric("perplexity", "perplexity", number(2), "exp(held-out mean token loss)"),
+    # the energy the counters read over the timed window (analysis/energy.py)
+    Metric("energy_j", "energy (J)", number(1), "Σ packages, DRAM and GPUs over the timed window"),
+    Metric("energy_per_sample_j", "J/sample", number(4), "energy / samples trained in the timed window", repeated=True),
+    Metric("energy_per_token_j", "J/token", number(6), "energy per sample / tokens per sample"),
+    Metric("power_gpu_w", "GPU W", number(1), "mean over GPUs of joules / seconds"),
+    Metric("power_cpu_w", "CPU W", number(1), "mean over hosts of their packages' watts (RAPL)"),
+    Metric("power_dram_w", "DRAM W", number(1), "mean over hosts of their DRAM's watts (RAPL)"),
 )
 BY_KEY = {m.key: m for m in METRICS}
 REPEATED = [m.key for m in METRICS if m.repeated]

@@ -4,8 +4,8 @@
   rank count, hosts, the file.
 - `samples`: the iteration records of every rank of every point, tidy (built on demand:
   it is the largest table and no metric needs it, they work on the arrays directly).
-- `stats`: one row per point: the metrics (metrics.py), resources (resources.py) and
-  accuracy (accuracy.py).
+- `stats`: one row per point: the metrics (metrics.py), resources (resources.py),
+  accuracy (accuracy.py), the workload's figures (workload.py) and energy (energy.py).
 
 Derived from these: `repeats` (mean and confidence interval over seeds, stats.py) and
 `evaluations` (point × evaluation). This module reads and tabulates only: the model, its
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics, resources, stats, workload
+from hpcbench.analysis import accuracy, energy, metrics, resources, stats, workload
 from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers.exposure import Exposure
 from hpcbench.errors import HpcbenchError
@@ -159,7 +159,8 @@ def stats_table(
         row.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
         row["oversubscribed"] = placement_of(p).oversubscribed
         extra.append(row)
-    return workload.add(table.merge(pd.DataFrame(extra), on="point", how="left"), points)
+    table = workload.add(table.merge(pd.DataFrame(extra), on="point", how="left"), points)
+    return energy.add(table, points)  # what the energy counters read over the timed window
 
 
 def evaluations_table(points: list[PointData]) -> pd.DataFrame:

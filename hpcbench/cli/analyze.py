@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import metrics, pipeline, resources, tables, workload
+from hpcbench.analysis import energy, metrics, pipeline, resources, tables, workload
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
@@ -62,6 +62,8 @@ def format_table(table: pd.DataFrame) -> str:
         ident += [(key, title) for key, title in _NUMERICS if key in table and _varies_or_set(table[key])]
     shown: list[tuple[str, str, Format]] = [(key, title, _cell) for key, title in ident]
     shown += [(m.key, m.label, m.fmt) for m in map(metric, _METRICS + (_TOKEN_METRICS if tokens else ()))]
+    if energy.measured(table):  # energy per sample and power, where some point's counters were read
+        shown += [(m.key, m.label, m.fmt) for m in map(metric, energy.SHOWN)]
     rows = [[title for _, title, _ in shown]]
     rows += [[fmt(rec[col]) or "-" for col, _, fmt in shown] for rec in table.to_dict("records")]
     return textable.render(rows, right=True)
@@ -92,9 +94,12 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
         sweep = load_sweep(directory, "analyse")
         points = [(p.point, p.point_id, p.iterations) for p in sweep.points]
         table = workload.add(metrics.summary(points, [p.comm for p in sweep.points]), sweep.points)
+        table = energy.add(table, sweep.points)
         output.write_text(table.to_csv(index=False))
     print(format_table(table), file=out)
     for note in workload.notes(table):
+        print(f"note: {note}", file=out)
+    if note := energy.sweep_note(table):  # one line for the sweep, not one per point
         print(f"note: {note}", file=out)
     for note in metrics.warnings_for(table):
         print(f"note: {note}", file=out)

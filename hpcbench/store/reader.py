@@ -35,6 +35,8 @@ class PointData:
     resources: np.ndarray  # (n_samples,) RESOURCE_DTYPE, all ranks (empty before schema 2; columns
     # added since the file's schema hold their unknown value, store/upgrade.py)
     eval: np.ndarray  # (n_evals,) EVAL_DTYPE, all ranks (empty before schema 3)
+    energy: np.ndarray  # (n_readings,) ENERGY_DTYPE, all ranks (empty before schema 8, and where no
+    # energy source could be read: provenance `energy_sources` says why)
 
     @property
     def status(self) -> str:
@@ -127,6 +129,11 @@ def _read(path: Path, f: h5py.File) -> PointData:
         arrays = upgrade.upgrade(parts)
     except upgrade.Damaged as exc:
         raise SchemaError(f"{path}: damaged point file ({exc})") from None
+    # A job that died inside a flush may have appended its messages and not yet counted the
+    # block's iterations (`iterations_written` is set last): such messages belong to no row.
+    comm = arrays[schema.COMM]
+    if len(comm) and int(comm["iteration"].max()) >= written:
+        arrays[schema.COMM] = comm[comm["iteration"] < written]
     return PointData(
         path,
         attrs,
@@ -138,4 +145,5 @@ def _read(path: Path, f: h5py.File) -> PointData:
         arrays[schema.COMM],
         arrays[schema.RESOURCES],
         arrays[schema.EVAL],
+        arrays[schema.ENERGY],
     )

@@ -14,6 +14,7 @@
     /comm             (n_events,) COMM_DTYPE: every gradient message of every rank (schema >= 2)
     /resources        (n_samples,) RESOURCE_DTYPE: CPU / memory / GPU / InfiniBand samples (schema >= 2)
     /eval             (n_evals,) EVAL_DTYPE: held-out evaluations of every rank's shard (schema >= 3)
+    /energy           (n_readings,) ENERGY_DTYPE: energy counters read between steps (schema >= 8)
 
 Times: `t_start` / `t_end` are seconds since `epoch_ns` (wall clock, ns since the Unix
 epoch, taken by rank 0 at creation) on the common clock: each rank measures with its
@@ -67,7 +68,10 @@ import numpy as np
 #                       allocated so far: its allocator's peak; -1 on a CPU or where the framework
 #                       has no such counter) and eval.peak_host_bytes (the rank process's peak
 #                       resident set, getrusage's ru_maxrss). Readers fill both with -1 in older
-#                       files.
+#                       files. The energy table (each rank's GPU energy through NVML, each host's
+#                       RAPL counters through its local rank 0, read when the timed loop begins,
+#                       when warm-up ends, at every flush inside the loop and when it ends: never
+#                       inside a step); readers give an empty table for older files.
 SCHEMA_VERSION = 8
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
@@ -162,6 +166,20 @@ EVAL_DTYPE = np.dtype(
     ]
 )
 
+# One row per reading of an energy counter (hpcbench/trace/energy/), on the common clock: a
+# rank's GPU through NVML, its host's RAPL domains (read by the host's local rank 0 only).
+# Cumulative from an origin of the source's own: only differences of one rank, source and
+# domain mean anything (store/energy.py).
+ENERGY_DTYPE = np.dtype(
+    [
+        ("rank", "<i4"),
+        ("t", "<f8"),  # seconds since epoch_ns, read between steps
+        ("source", "S16"),  # rapl | nvml-counter | nvml-power (store/energy.py RECORDED_SOURCES)
+        ("domain", "S24"),  # package-0, dram-0, core-1, psys, gpu-0, ...
+        ("microjoules", "<i8"),  # cumulative
+    ]
+)
+
 POINT = "point"
 PROVENANCE = "provenance"
 RANKS = "ranks"
@@ -169,7 +187,9 @@ ITERATIONS = "iterations"
 COMM = "comm"
 RESOURCES = "resources"
 EVAL = "eval"
-TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE, EVAL: EVAL_DTYPE}  # append-only, rows of every rank
+ENERGY = "energy"
+# append-only, rows of every rank
+TABLES = {COMM: COMM_DTYPE, RESOURCES: RESOURCE_DTYPE, EVAL: EVAL_DTYPE, ENERGY: ENERGY_DTYPE}
 
 STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"

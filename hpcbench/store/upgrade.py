@@ -4,7 +4,7 @@ The reader (store/reader.py) hands every file it reads to `upgrade`, so what it 
 the current schema's shape whatever schema the file was written with, and nothing after it
 asks which version a file is or whether a column is there:
 
-- every table (`/comm`, `/resources`, `/eval`) is there, empty in a file written before it
+- every table (`/comm`, `/resources`, `/eval`, `/energy`) is there, empty in a file written before it
   existed, and every table and `/iterations` has exactly the current dtype: a column the
   file's schema did not have holds its type's *unknown* value (`unknown`: NaN for floats,
   -1 for integers, the empty string for text), the value the sampler writes for a source it
@@ -49,6 +49,7 @@ class Parts:
     comm: np.ndarray | None
     resources: np.ndarray | None
     eval: np.ndarray | None
+    energy: np.ndarray | None = None
 
 
 def unknown(dtype: np.dtype[Any]) -> Any:
@@ -146,10 +147,13 @@ def to_7(parts: Parts) -> None:
 
 
 def to_8(parts: Parts) -> None:
-    """Schema 8 added the `/eval` columns `peak_device_bytes` and `peak_host_bytes`: -1 (not
-    measured) in an older file."""
+    """Schema 8 added the `/eval` columns `peak_device_bytes` and `peak_host_bytes` (-1, not
+    measured, in an older file) and the `/energy` table (empty in an older file: nothing was
+    read)."""
     if parts.eval is not None:
         parts.eval = with_columns(parts.eval, schema.EVAL_DTYPE, ("peak_device_bytes", "peak_host_bytes"))
+    if parts.energy is None:
+        parts.energy = _empty(schema.ENERGY_DTYPE)
 
 
 STEPS: dict[int, Callable[[Parts], None]] = {2: to_2, 3: to_3, 4: to_4, 5: to_5, 6: to_6, 7: to_7, 8: to_8}
@@ -217,7 +221,7 @@ def upgrade(parts: Parts) -> dict[str, np.ndarray]:
 
 
 def table(name: str, rows: np.ndarray, version: int) -> np.ndarray:
-    """The table `name` (schema.COMM, RESOURCES or EVAL) of a file of schema `version` whose
+    """The table `name` (schema.COMM, RESOURCES, EVAL or ENERGY) of a file of schema `version` whose
     rows are `rows`, as the reader gives it: for arrays built outside a file (tests)."""
     if name not in schema.TABLES:
         raise ValueError(f"no table {name!r} (tables: {', '.join(schema.TABLES)})")

@@ -56,6 +56,7 @@ def write_point_file(
     comm: np.ndarray | None = None,
     resources: np.ndarray | None = None,
     evals: np.ndarray | None = None,
+    energy: np.ndarray | None = None,
     hostnames: Sequence[str] | None = None,
     status: str = schema.STATUS_COMPLETE,
     provenance: dict[str, Any] | None = None,
@@ -78,7 +79,7 @@ def write_point_file(
     played.queue.append(rank_rows)
     writer = GatherWriter(path, played, meta, n_iters, rank_rows[0])
     played.queue.append([iterations[r] for r in range(n_ranks)])
-    tables = {schema.COMM: comm, schema.RESOURCES: resources, schema.EVAL: evals}
+    tables = {schema.COMM: comm, schema.RESOURCES: resources, schema.EVAL: evals, schema.ENERGY: energy}
     for name in schema.TABLES:
         played.queue.append(_by_rank(tables.get(name), n_ranks))
     writer.write_iterations(0, iterations[0], None)

@@ -111,3 +111,24 @@ def test_analyze_skips_bad_points_with_a_warning_and_reports_the_rest(good: Path
     assert "Traceback" not in res.stderr
     rows = (sweep / "summary.csv").read_text().strip().splitlines()
     assert len(rows) == 2 and rows[1].startswith(good.stem)
+
+
+def test_messages_of_iterations_not_counted_are_not_read(tmp_path: Path) -> None:
+    """A job that died inside a flush: its messages appended, the block's iterations not yet
+    counted in `iterations_written` (the soak's 30 s outage struck there once). The reader
+    gives the messages of the iterations written, none of the others."""
+    from hpcbench.spec import Point
+    from hpcbench.store import schema
+    from hpcbench.testing.arrays import comm_rows, iterations
+    from hpcbench.testing.fabricate import write_point_file
+
+    rows = [(rank, i, 1024, i + 0.1, i + 0.2) for rank in (0, 1) for i in range(4)]
+    path = write_point_file(
+        tmp_path / "died.h5", Point(ranks_per_node=2), iterations(2, 4), comm=comm_rows(rows),
+        status=schema.STATUS_FAILED,
+    )  # fmt: skip
+    with h5py.File(path, "r+") as f:
+        f.attrs["iterations_written"] = 2  # the second block's rows never counted
+    data = read_point(path)
+    assert data.iterations.shape == (2, 2)
+    assert sorted(data.comm["iteration"].tolist()) == [0, 0, 1, 1]

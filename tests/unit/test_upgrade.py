@@ -83,6 +83,8 @@ def write_old(path: Path, version: int, provenance: dict[str, Any] | None = None
             f[schema.RESOURCES] = rows(resource_dtype(version), 6)
         if version >= 3:
             f[schema.EVAL] = rows(schema.EVAL_DTYPE, 2)
+        if version >= 8:
+            f[schema.ENERGY] = rows(schema.ENERGY_DTYPE, 3)
     return path
 
 
@@ -175,6 +177,23 @@ def test_a_current_file_without_a_table_reads_it_empty_as_before(tmp_path: Path)
     assert len(read_point(path).eval) == 0
 
 
+@pytest.mark.parametrize("version", range(1, schema.SCHEMA_VERSION + 1))
+def test_energy_reads_empty_before_schema_8_and_as_written_since(version: int, tmp_path: Path) -> None:
+    p = read_point(write_old(tmp_path / f"v{version}.h5", version))
+    assert p.energy.dtype == schema.ENERGY_DTYPE
+    if version < 8:
+        assert len(p.energy) == 0  # nothing was read
+    else:
+        np.testing.assert_array_equal(p.energy, rows(schema.ENERGY_DTYPE, 3))
+
+
+def test_a_schema_8_file_written_before_energy_was_recorded_reads_it_empty(tmp_path: Path) -> None:
+    path = write_old(tmp_path / "v8.h5", 8)  # 8 gained /energy unreleased: files without it are 8 too
+    with h5py.File(path, "r+") as f:
+        del f[schema.ENERGY]
+    assert read_point(path).energy.dtype == schema.ENERGY_DTYPE and len(read_point(path).energy) == 0
+
+
 # --- the steps, one at a time --------------------------------------------------------------
 
 
@@ -200,6 +219,9 @@ def test_every_version_has_one_step_and_each_adds_what_its_version_added() -> No
         assert before.resources.dtype.names == (resource_dtype(version - 1).names or ()) + tuple(names)
         for name in names:
             assert np.all(before.resources[name] == -1) or np.isnan(before.resources[name]).all()
+    seven = parts(7)
+    upgrade.STEPS[8](seven)
+    assert seven.energy is not None and seven.energy.dtype == schema.ENERGY_DTYPE and len(seven.energy) == 0
     four = parts(3, rows(resource_dtype(3), 3))
     upgrade.STEPS[4](four)  # stopped files: nothing missing
     assert four.resources is not None and four.resources.dtype == resource_dtype(3)

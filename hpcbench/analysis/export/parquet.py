@@ -53,6 +53,7 @@ def _without_arrays(p: PointData) -> PointData:
         comm=p.comm[:0].copy(),
         resources=p.resources[:0].copy(),
         eval=p.eval[:0].copy(),
+        energy=p.energy[:0].copy(),
     )
 
 

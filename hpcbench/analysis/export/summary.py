@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 
 import hpcbench
-from hpcbench.analysis import accuracy, metrics, resources, stats, workload
+from hpcbench.analysis import accuracy, energy, metrics, resources, stats, workload
 from hpcbench.analysis.placement import placement_of
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 
 COLUMNS = [*metrics.SUMMARY_COLUMNS, "config", "seed", *resources.RESOURCE_COLUMNS, *accuracy.ACCURACY_COLUMNS,
-           "oversubscribed", *workload.COLUMNS]  # fmt: skip
+           "oversubscribed", *workload.COLUMNS, *energy.COLUMNS]  # fmt: skip
 ORDER = ["framework", "backend", "launcher", "model", "device", "batch_size", "nodes", "ranks"]  # as metrics.summary
 
 # Units of the stats columns, for readers of the JSON (columns not named here have none).
@@ -38,7 +38,9 @@ UNITS = {
     "comm_union_share": "fraction", "comm_exposed_share": "fraction", "overlap": "fraction", "cv": "fraction",
     "lif_excess": "fraction", "comm_total_s": "s", "tokens_per_s": "tokens/s", "tokens_per_s_device": "tokens/s",
     "tflops_device": "TFLOP/s", "mfu": "fraction", "peak_device_gib": "GiB", "peak_host_gib": "GiB",
-    "seq_len": "tokens", **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward", "backward", "comm", "update")},
+    "seq_len": "tokens", "energy_j": "J", "energy_per_sample_j": "J", "energy_per_token_j": "J", "power_gpu_w": "W",
+    "power_cpu_w": "W", "power_dram_w": "W",
+    **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward", "backward", "comm", "update")},
 }  # fmt: skip
 
 
@@ -72,6 +74,7 @@ class Summary:
         row.update(accuracy.accuracy_row(p.eval, p.iterations))
         row["oversubscribed"] = placement_of(p).oversubscribed
         row.update(workload.row(p, float(row["throughput"])))  # type: ignore[arg-type]
+        row.update(energy.row(p))
         self._rows.append(row)
         self._points.append(p.point)
 

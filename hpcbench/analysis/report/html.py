@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import accuracy, metrics, workload
+from hpcbench.analysis import accuracy, energy, metrics, workload
 from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.pipeline import Analysis
 from hpcbench.analysis.report import figures
@@ -296,7 +296,16 @@ def sections(analysis: Analysis) -> list[Section]:
     if workload.has_tokens(stats) or ("mfu" in stats and bool(stats["mfu"].notna().any())):
         columns = _with_differs(_with_env(WORKLOAD, stats), stats)
         out.insert(1, Section("Tokens, model FLOPs, MFU and memory", columns, shown, WORKLOAD_ABOUT))
+    if energy.measured(stats):
+        out.insert(1, Section("Energy", _with_differs(_with_env(ENERGY, stats), stats), shown, ENERGY_ABOUT))
     return out
+
+
+def notes(analysis: Analysis) -> list[str]:
+    """The report's notes: the files skipped, the numbers not to trust, and why there is no
+    energy where no point has it (one line)."""
+    why = energy.sweep_note(analysis.stats)
+    return [*analysis.warnings, *analysis.notes, *([why] if why else [])]
 
 
 WORKLOAD = [
@@ -308,6 +317,20 @@ WORKLOAD = [
     Column("peak_source", "MFU's peak"),
     *(Column.of(key) for key in ("peak_device_gib", "peak_host_gib", "perplexity")),
 ]
+ENERGY = [
+    *IDENT,
+    Column.of("throughput"),
+    *(Column.of(key) for key in ("energy_j", "energy_per_sample_j", "energy_per_token_j")),
+    *(Column.of(key) for key in ("power_gpu_w", "power_cpu_w", "power_dram_w")),
+    Column("energy_note", "why blank"),
+]
+ENERGY_ABOUT = (
+    "What the counters read over the timed window (warm-up ended to loop ended), read between steps: each GPU's "
+    "through NVML (its energy counter, or its power integrated between reads), each host's CPU packages and DRAM "
+    "through RAPL. Energy = Σ packages, DRAM and GPUs (cores and uncore are inside their package); per sample: over "
+    "the samples of the timed iterations; power: per GPU, and per host for CPU and DRAM. A window shorter than a "
+    "counter's update interval is not a measurement: the point's figures are blank and the last column says why."
+)
 WORKLOAD_ABOUT = (
     "tokens/s = samples/s × tokens per sample (sequence models); per device: over the devices the ranks used "
     "(a GPU per rank, a CPU per node). TFLOP/s/device = samples/s × the model's training FLOPs per sample "
@@ -352,9 +375,9 @@ def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str
         f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
         *(f'<p class="headline">{html.escape(line)}</p>' for line in analysis.headlines),
     ]
-    if analysis.warnings or analysis.notes:
+    if said := notes(analysis):
         out.append("<h2>Notes</h2><ul>")
-        out += [f'<li class="note">{html.escape(w)}</li>' for w in [*analysis.warnings, *analysis.notes]]
+        out += [f'<li class="note">{html.escape(w)}</li>' for w in said]
         out.append("</ul>")
     out.append("<h2>Figures</h2>")
     for name, data in images:
@@ -375,7 +398,7 @@ def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str
 def render_markdown(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
     out = [f"# hpcbench report: {analysis.directory.name}", "", f"{len(analysis.stats)} points.", ""]
     out += [f"**{_md_cell(line)}**\n" for line in analysis.headlines]
-    for note in [*analysis.warnings, *analysis.notes]:
+    for note in notes(analysis):
         out.append(f"- note: {_md_cell(note)}")
     missing = [name for name, data in images if data is None]
     if missing:

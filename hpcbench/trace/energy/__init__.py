@@ -4,9 +4,12 @@
   from the kernel's powercap tree; cumulative microjoules, wraps counted.
 - `NvmlEnergyReader` (nvml.py): a GPU's energy counter through NVML, or its power
   integrated over time where the board has no counter.
-- record.py: `EnergySample` (one reading), `energy_between` (two readings, flagged where the
+- hpcbench/store/energy.py (beside the point file's `/energy` table, which the analysis reads
+  with it): `EnergySample` (one reading), `energy_between` (two readings, flagged where the
   window is shorter than the counter's update interval), `summarise` (a window's joules,
   seconds and average watts per domain), `Absent` (a source that cannot be read, and why).
+- meter.py: `EnergyMeter`, what one rank reads for the point file's `/energy` table (the
+  worker reads it between steps only).
 
 Each reader's ``open`` returns the reader or an `Absent`; a reader's ``read`` returns
 ``{domain: cumulative microjoules}`` and ``sample(t_ns)`` the same as `EnergySample` rows.
@@ -19,9 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcbench.trace.energy.nvml import NvmlEnergyReader
-from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
-from hpcbench.trace.energy.record import (
+from hpcbench.store.energy import (
     NVML_UPDATE_INTERVAL_S,
     Absent,
     EnergySample,
@@ -30,6 +31,8 @@ from hpcbench.trace.energy.record import (
     energy_between,
     summarise,
 )
+from hpcbench.trace.energy.nvml import NvmlEnergyReader
+from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
 
 __all__ = [
     "NVML_UPDATE_INTERVAL_S",

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hpcbench.trace.energy.record import NVML_UPDATE_INTERVAL_S, Absent, EnergySample
+from hpcbench.store.energy import NVML_UPDATE_INTERVAL_S, Absent, EnergySample
 from hpcbench.trace.sources import describe
 
 COUNTER = "counter"

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcbench.trace.energy.record import Absent, EnergySample
+from hpcbench.store.energy import Absent, EnergySample
 from hpcbench.trace.sources import describe
 
 POWERCAP_ROOT = "/sys/class/powercap"

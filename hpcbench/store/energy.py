@@ -6,6 +6,12 @@ Energy is kept in integer microjoules, cumulative from an origin that belongs to
 (the RAPL counter's first reading, the NVML counter's zero when the driver loaded, the
 power integration's start): only differences between two readings of the same source and
 domain mean anything.
+
+The readers (hpcbench/trace/energy/) make these; the point file's `/energy` table stores them
+(store/schema.py `ENERGY_DTYPE`, one row per reading, the source named as recorded:
+`RECORDED_SOURCES`), and the analysis (hpcbench/analysis/energy.py, which imports nothing of
+the rank side) reads its windows back with `energy_between` and `summarise`: so this module
+lives with the store.
 """
 
 from __future__ import annotations
@@ -16,6 +22,18 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 NVML_UPDATE_INTERVAL_S = 0.1  # NVML's energy counter moves every 20-100 ms (the slowest boards: 100)
+RAPL_UPDATE_INTERVAL_S = 0.001  # RAPL's counters move about every millisecond
+
+# The `source` of a recorded row (/energy), and the update interval below which a window of
+# it is not a measurement: RAPL; NVML's energy counter; NVML's power integrated between reads.
+RAPL = "rapl"
+NVML_COUNTER = "nvml-counter"
+NVML_POWER = "nvml-power"
+RECORDED_SOURCES = {
+    RAPL: RAPL_UPDATE_INTERVAL_S,
+    NVML_COUNTER: NVML_UPDATE_INTERVAL_S,
+    NVML_POWER: NVML_UPDATE_INTERVAL_S,
+}
 
 
 @dataclass(frozen=True)

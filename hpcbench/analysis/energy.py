@@ -1,0 +1,186 @@
+"""The energy a point spent, from the counters its ranks read between steps (the `/energy`
+table; docs/metrics-and-model.md, "Energy sources"):
+
+- the **timed window** of each counter: its first reading once warm-up is over (the reading
+  its rank took when warm-up ended, or when the loop began where there was no warm-up) to its
+  last one (when the loop ended); a counter is one host's RAPL domain or one GPU, read by one
+  rank (where two ranks read the same host's domain or GPU, the lower rank's readings count);
+- its energy `energy_between` those two readings (store/energy.py): a window shorter than the
+  counter's update interval (NVML's 100 ms; RAPL's 1 ms), a counter read once, or one that
+  went backwards is not a measurement: the point's energy figures are then left blank and
+  `energy_note` says which counter and why;
+- `energy_j`: Σ over the counters of the packages ("package-N"), DRAM ("dram-N") and GPUs,
+  each host's "psys" instead of its packages where it has no package counter; the cores'
+  and uncore's counters are inside their package's and are not added again;
+- `energy_per_sample_j` = `energy_j` / the samples the ranks trained in their timed
+  iterations; `energy_per_token_j` = that / tokens per sample (sequence models);
+- `power_gpu_w`: the mean over GPUs of each one's joules / seconds; `power_cpu_w` and
+  `power_dram_w`: the mean over hosts of the host's packages' (DRAM's) summed watts;
+- `energy_note`: why the figures are blank: no source was read (each source's reason, from
+  the provenance `energy_sources` of rank 0, which reads its host's RAPL), a file written
+  before energy was recorded, or an untrusted window.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hpcbench.store.energy import RECORDED_SOURCES, EnergySample, EnergyWindow, energy_between
+from hpcbench.store.reader import PointData
+
+COLUMNS = ["energy_j", "energy_per_sample_j", "energy_per_token_j", "power_gpu_w", "power_cpu_w", "power_dram_w",
+           "energy_note"]  # fmt: skip
+SHOWN = ("energy_per_sample_j", "power_gpu_w", "power_cpu_w", "power_dram_w")  # `analyze`'s columns
+_KIND = re.compile(r"^(package|dram|gpu|psys)(?:-\d+)?(?:@.*)?$")
+
+
+@dataclass(frozen=True)
+class Counter:
+    """One counter's timed window: whose it is and what it read."""
+
+    host: str
+    rank: int
+    source: str
+    domain: str
+    window: EnergyWindow
+
+    @property
+    def kind(self) -> str:
+        """ "package", "dram", "gpu", "psys", or "" for a counter inside another (core, uncore)."""
+        found = _KIND.match(self.domain)
+        return found.group(1) if found else ""
+
+    def describe(self) -> str:
+        return f"{self.source} {self.domain} of rank {self.rank} on {self.host}"
+
+
+def _window_opens(p: PointData) -> np.ndarray:
+    """Per rank (by index), the time its timed window opened: the end of its last warm-up
+    iteration, or -inf without warm-up."""
+    it = p.iterations
+    opens = np.full(it.shape[0], -np.inf)
+    for r in range(it.shape[0]):
+        warm = np.flatnonzero(it["warmup"][r] != 0)
+        if warm.size:
+            opens[r] = it["t_end"][r, warm[-1]]
+    return opens
+
+
+def counters(p: PointData) -> list[Counter]:
+    """Every counter read in the point's timed window, with its window."""
+    rows = p.energy
+    if not len(rows):
+        return []
+    opens = _window_opens(p)
+    hosts = p.hostnames
+    ranks = [int(r) for r in p.ranks["rank"]]
+    host_of = {rank: hosts[i] for i, rank in enumerate(ranks)}
+    index_of = {rank: i for i, rank in enumerate(ranks)}
+    readings: dict[tuple[str, str, str], dict[int, list[EnergySample]]] = {}
+    for row in rows:
+        rank = int(row["rank"])
+        i = index_of.get(rank, rank)
+        if i < len(opens) and row["t"] < opens[i] - 1e-6:  # before warm-up ended (a µs for rounding)
+            continue
+        source, domain = row["source"].decode(), row["domain"].decode()
+        key = (host_of.get(rank, f"rank {rank}"), source, domain)
+        sample = EnergySample(round(float(row["t"]) * 1e9), source, domain, int(row["microjoules"]))
+        readings.setdefault(key, {}).setdefault(rank, []).append(sample)
+    out = []
+    for (host, source, domain), by_rank in sorted(readings.items()):
+        rank = min(by_rank)  # one reader per host's domain or GPU: the lower rank's
+        samples = sorted(by_rank[rank], key=lambda s: s.t_ns)
+        interval = RECORDED_SOURCES.get(source, max(RECORDED_SOURCES.values()))
+        if len(samples) < 2:
+            window = EnergyWindow(math.nan, 0.0, False, "read once in the timed window")
+        else:
+            window = energy_between(samples[0], samples[-1], interval)
+        out.append(Counter(host, rank, source, domain, window))
+    return out
+
+
+def _counted(found: list[Counter]) -> list[Counter]:
+    """The counters `energy_j` adds: packages, DRAM and GPUs; psys where a host has no package."""
+    with_package = {c.host for c in found if c.kind == "package"}
+    return [
+        c for c in found if c.kind in ("package", "dram", "gpu") or (c.kind == "psys" and c.host not in with_package)
+    ]
+
+
+def _per_host(found: list[Counter], kind: str) -> float:
+    watts: dict[str, float] = {}
+    for c in found:
+        if c.kind == kind:
+            watts[c.host] = watts.get(c.host, 0.0) + c.window.watts
+    return float(np.mean(list(watts.values()))) if watts else math.nan
+
+
+def _samples(p: PointData) -> int:
+    it = p.iterations
+    return int(it["samples"][it["warmup"] == 0].astype(np.int64).sum()) if it.size else 0
+
+
+def not_measured(p: PointData) -> str:
+    """Why a point without readings has no energy: its rank 0's sources, or an older file."""
+    recorded = p.provenance.get("energy_sources")
+    if not isinstance(recorded, list) or not recorded:
+        return "written before hpcbench recorded energy"
+    first = recorded[0] if isinstance(recorded[0], dict) else {}
+    said = "; ".join(f"{name}: {why}" for name, why in first.items())
+    return f"no energy source was read: {said}" if said else "no energy source was read"
+
+
+def row(p: PointData) -> dict[str, Any]:
+    """The energy columns of one point."""
+    out: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
+    found = counters(p)
+    if not found:
+        out["energy_note"] = not_measured(p) if not len(p.energy) else "no energy reading in the timed window"
+        return out
+    untrusted = [c for c in found if not c.window.trustworthy]
+    if untrusted:
+        out["energy_note"] = "untrusted: " + "; ".join(f"{c.describe()}: {c.window.why}" for c in untrusted)
+        return out
+    joules = sum(c.window.joules for c in _counted(found))
+    samples = _samples(p)
+    tokens = int(p.provenance.get("tokens_per_sample") or 0)
+    gpus = [c.window.watts for c in found if c.kind == "gpu"]
+    out.update(
+        energy_j=joules,
+        energy_per_sample_j=joules / samples if samples else math.nan,
+        energy_per_token_j=joules / samples / tokens if samples and tokens > 0 else math.nan,
+        power_gpu_w=float(np.mean(gpus)) if gpus else math.nan,
+        power_cpu_w=_per_host(found, "package"),
+        power_dram_w=_per_host(found, "dram"),
+        energy_note="",
+    )
+    return out
+
+
+def add(table: pd.DataFrame, points: Sequence[PointData]) -> pd.DataFrame:
+    """`table` (one row per point, a `point` column) with the energy columns."""
+    if table.empty:
+        return table.reindex(columns=[*table.columns, *COLUMNS])
+    by_id = {p.point_id: p for p in points}
+    rows = [{"point": pid, **row(by_id[pid])} for pid in table["point"]]
+    return table.merge(pd.DataFrame(rows)[["point", *COLUMNS]], on="point", how="left")
+
+
+def measured(table: pd.DataFrame) -> bool:
+    """Whether some point of `table` has its energy."""
+    return "energy_j" in table and bool(table["energy_j"].notna().any())
+
+
+def sweep_note(table: pd.DataFrame) -> str:
+    """One line for a sweep none of whose points has its energy: the first point's reason
+    ("" where some point has it)."""
+    if measured(table) or table.empty or "energy_note" not in table:
+        return ""
+    return f"energy: not measured: {table['energy_note'].iloc[0]}"
