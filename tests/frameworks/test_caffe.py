@@ -90,7 +90,7 @@ from hpcbench.workloads import zoo
 caffe.set_mode_cpu()
 rng = np.random.default_rng(0)
 folder = tempfile.mkdtemp()
-for name in zoo.NAMES:
+for name in zoo.IMAGE_NAMES:
     m = zoo.model(name)
     text = prototxt.net(m, 4)
     path = os.path.join(folder, name + ".prototxt")
@@ -121,7 +121,7 @@ for name in zoo.NAMES:
     res = run_in(exe, code)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert [r[0] for r in rows] == list(models.NAMES)
+    assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shape_ok, loss_ok in rows:
         assert int(built) == int(expected), name
         assert shape_ok == "True", name

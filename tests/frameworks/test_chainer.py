@@ -92,7 +92,7 @@ chainer = import_chainer()
 from hpcbench.workloads import zoo
 from hpcbench.frameworks.chainer import layers
 small = ("lenet", "mlp", "autoencoder", "cifar10_quick", "googlenet")
-for name in zoo.NAMES:
+for name in zoo.IMAGE_NAMES:
     m = zoo.model(name)
     net = layers.build(m)
     shape_ok = "-"
@@ -105,7 +105,7 @@ for name in zoo.NAMES:
     res = run_in(exe, code)
     assert res.returncode == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert [r[0] for r in rows] == list(models.NAMES)
+    assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shape_ok in rows:
         assert int(built) == int(expected), name
         assert shape_ok in ("True", "-"), name

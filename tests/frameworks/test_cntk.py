@@ -94,7 +94,7 @@ from hpcbench.frameworks.cntk import bridge
 from hpcbench.workloads import zoo
 child = bridge.Child(bridge.interpreter())
 try:
-    for name in zoo.NAMES:
+    for name in zoo.IMAGE_NAMES:
         m = zoo.model(name)
         reply = child.call("build", model=bridge.describe(m), optimizer="sgd", lr=0.1, seed=0, batch=8, momentum=0.9)
         built = sum(math.prod(shape) for _, shape in reply["params"])
@@ -104,8 +104,8 @@ finally:
 """
     res = run_in(exe, code, timeout=580)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] and line.split()[0] in models.NAMES]
-    assert [r[0] for r in rows] == list(models.NAMES)
+    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] and line.split()[0] in models.IMAGE_NAMES]
+    assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shape_ok in rows:
         assert int(built) == int(expected), name
         assert shape_ok == "True", name

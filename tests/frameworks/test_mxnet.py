@@ -132,7 +132,7 @@ def test_gluon_models_have_the_parameters_of_the_model_trees() -> None:
 import mxnet as mx
 from hpcbench.workloads import zoo
 from hpcbench.frameworks.mxnet import layers as mx_layers
-for name in zoo.NAMES:
+for name in zoo.IMAGE_NAMES:
     m = zoo.model(name)
     net = mx_layers.build(m)
     net.initialize(mx.init.Xavier())
@@ -143,7 +143,7 @@ for name in zoo.NAMES:
     res = run_in(exe, code)
     assert res.returncode == 0, res.stderr
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert [r[0] for r in rows] == list(models.NAMES)
+    assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shape_ok in rows:
         assert int(built) == int(expected), name
         assert shape_ok == "True", name

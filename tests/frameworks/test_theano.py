@@ -171,7 +171,7 @@ lib = library.load(); T = lib.tensor
 mode = "FAST_COMPILE" if lib.name == "pytensor" else None
 fn = lambda inputs, outputs, **kw: lib.module.function(inputs, outputs, mode=mode, **kw)
 rng = np.random.default_rng(0)
-for m in [zoo.model(name) for name in zoo.NAMES] + [TINY]:
+for m in [zoo.model(name) for name in zoo.IMAGE_NAMES] + [TINY]:
     steps = weights.steps(m)
     ws = [lib.module.shared(w, name=n) for n, w in weights.initial(m, 0)]
     state = [lib.module.shared(v, name=n) for n, v in weights.state(m)]
@@ -221,7 +221,7 @@ for m in [zoo.model(name) for name in zoo.NAMES] + [TINY]:
     res = run_in(exe, code, timeout=880)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     rows = [line.split() for line in res.stdout.splitlines()]
-    assert [r[0] for r in rows] == [*models.NAMES, "tiny"]
+    assert [r[0] for r in rows] == [*models.IMAGE_NAMES, "tiny"]
     for name, built, expected, shape_ok, agree in rows:
         assert int(built) == int(expected), name
         assert shape_ok == ("True" if name in SHAPED else "-"), name
