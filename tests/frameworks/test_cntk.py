@@ -104,7 +104,8 @@ finally:
 """
     res = run_in(exe, code, timeout=580)
     assert res.returncode == 0, res.stderr[-3000:]
-    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] and line.split()[0] in models.IMAGE_NAMES]
+    names = models.IMAGE_NAMES
+    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] and line.split()[0] in names]
     assert [r[0] for r in rows] == list(models.IMAGE_NAMES)
     for name, built, expected, shape_ok in rows:
         assert int(built) == int(expected), name

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,13 +102,12 @@ def test_quickstart_shape_sweep_and_scaling_table(write_spec: Callable[..., Path
     assert res.returncode == 0, res.stdout + res.stderr
     res = run_module("hpcbench.analyze", str(out))
     assert res.returncode == 0, res.stderr
-    table = (out / "summary.csv").read_text().splitlines()
-    header = table[0].split(",")
+    with (out / "summary.csv").open(newline="") as f:  # quoted fields: the notes hold commas
+        rows = list(csv.DictReader(f))
     for column in ("point", "framework", "backend", "model", "nodes", "ranks_per_node", "ranks", "batch_size",
                    "t_iter_s", "throughput", "speedup", "efficiency", "lif"):  # fmt: skip
-        assert column in header
-    assert len(table) == 4
-    rows = [dict(zip(header, line.split(","), strict=True)) for line in table[1:]]
+        assert column in rows[0]
+    assert len(rows) == 3
     assert [int(r["ranks"]) for r in rows] == [1, 2, 4]
     # The table's numbers are the metrics of the stored measurements of all ranks.
     for r in rows:

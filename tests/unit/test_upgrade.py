@@ -50,6 +50,8 @@ def rows(dtype: np.dtype[Any], n: int) -> np.ndarray:
         kind = dtype[name].kind
         if name == "rank":
             out[name] = np.arange(n) % N_RANKS
+        elif name == "iteration":  # a message of an iteration written (the reader keeps no other)
+            out[name] = np.arange(n) % N_ITERS
         elif kind == "S":
             out[name] = [f"{name}{i}".encode() for i in range(n)]
         elif kind == "b":
