@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 from hpcbench.cli import textable
 from hpcbench.errors import HpcbenchError
 from hpcbench.plan.capabilities import Report, survey
+from hpcbench.spec import Point
 from hpcbench.workloads import zoo
 
 JSON_VERSION = 1  # of `hpcbench check --json`
@@ -357,3 +359,19 @@ def peaks(out: TextIO, device: str = "cpu", dtype: str = "fp32", seconds: float 
     print(textable.render(rows, indent="  "), file=out)
     print(f"  saved to {path} (MFU takes the table's peak first, else this one)", file=out)
     return 0
+
+
+def measure_cpu_peaks(points: Sequence[Point], out: TextIO) -> None:
+    """Before a local sweep of transformers on the CPU: this CPU's peak for their precisions,
+    measured once (cached) where none is known, so that their MFU has a peak."""
+    from hpcbench.devices import measure, peaks
+    from hpcbench.workloads import zoo
+
+    needed = {
+        peaks.dtype_for_precision(point.precision)
+        for point in points
+        if point.device == "cpu" and point.model in zoo.TRANSFORMER_NAMES
+    }
+    for peak in measure.ensure_cpu_peaks(needed):
+        print(f"measured this CPU's {peak.dtype} peak for MFU: {peak.flops_per_s / 1e12:.3g} TFLOP/s "
+              "(hpcbench check --peak measures it again)", file=out)  # fmt: skip

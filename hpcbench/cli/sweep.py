@@ -164,22 +164,6 @@ def _check_out(sweep: Sweep, out_dir: Path, ids: Sequence[str], option: str) -> 
     SweepDir(out_dir).check_inside(ids, executor=None if local else sweep.executor)
 
 
-def _measure_cpu_peaks(launches: Sequence[plan.Launch], out: TextIO) -> None:
-    """Before a local sweep of transformers on the CPU: this CPU's peak for their precisions,
-    measured once (cached) where none is known, so that their MFU has a peak."""
-    from hpcbench.devices import measure, peaks
-    from hpcbench.workloads import zoo
-
-    needed = {
-        peaks.dtype_for_precision(launch.point.precision)
-        for launch in launches
-        if launch.point.device == "cpu" and launch.point.model in zoo.TRANSFORMER_NAMES
-    }
-    for peak in measure.ensure_cpu_peaks(needed):
-        print(f"measured this CPU's {peak.dtype} peak for MFU: {peak.flops_per_s / 1e12:.3g} TFLOP/s "
-              "(hpcbench check --peak measures it again)", file=out)  # fmt: skip
-
-
 def _submit(
     sweep: Sweep,
     profile: SiteProfile,
@@ -203,7 +187,9 @@ def _submit(
             print(f"follow with: python -m {PROG} status {shlex.quote(str(out_dir))} --wait", file=out)
             return 0
         ids = [launch.point.id for launch in launches]
-        _measure_cpu_peaks(launches, out)
+        from hpcbench.cli.check import measure_cpu_peaks
+
+        measure_cpu_peaks([launch.point for launch in launches], out)
 
         def tally() -> dict[str, int]:
             states = [manifest.entries[i].state for i in ids]

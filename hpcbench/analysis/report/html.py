@@ -16,111 +16,27 @@ import numpy as np
 import pandas as pd
 
 from hpcbench.analysis import accuracy, energy, metrics, workload
-from hpcbench.analysis.metric_table import Format, metric, number, percent
 from hpcbench.analysis.pipeline import Analysis
 from hpcbench.analysis.report import figures
 from hpcbench.analysis.report import stragglers as straggler_report
+from hpcbench.analysis.report.columns import (
+    ACCURACY,
+    DIFFERS,
+    ENERGY,
+    ENERGY_ABOUT,
+    HELD_OUT,
+    PHASE_TABLE,
+    PREDICTION,
+    REPEATS,
+    SCALING,
+    SEED002,
+    SERIES_SAME,
+    WORKLOAD,
+    WORKLOAD_ABOUT,
+    Column,
+)
 from hpcbench.spec import Point, differing
 from hpcbench.sweepdir.atomic import write_text_atomic
-
-_num, _pct = number, percent
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    title: str
-    fmt: Format = str
-
-    @classmethod
-    def of(cls, key: str) -> Column:
-        """The column of a derived metric, as the metric table defines it."""
-        m = metric(key)
-        return cls(m.key, m.label, m.fmt)
-
-
-IDENT = [Column("point", "point"), Column("framework", "framework"), Column("backend", "backend"),
-         Column("model", "model"), Column("ranks", "N"), Column("batch_size", "batch")]  # fmt: skip
-
-SCALING = [
-    *IDENT,
-    *(Column.of(key) for key in ("t_iter_s", "throughput", "speedup", "efficiency", "scaling", "lif", "lif_excess")),
-    *(Column.of(key) for key in ("comm_share", "comm_union_share", "comm_exposed_share", "overlap", "cv")),
-]
-PHASE_TABLE = [
-    *IDENT,
-    *(Column(f"{p}_s", f"{p} (ms)", _num(2, 1e3)) for p in ("data", "h2d", "forward", "backward", "comm", "update")),
-    Column.of("comm_total_s"),
-]
-# seed 002's tables: training time, testing time, accuracy, CPU usage and memory
-SEED002 = [
-    *IDENT,
-    Column("train_time_s", "Training Time (s)", _num(2)),
-    Column("test_time_s", "Testing Time (s)", _num(2)),
-    Column("accuracy", "Accuracy (%)", _num(2, 100)),
-    Column("cpu_user", "CPU user %", _num(2)),
-    Column("cpu_system", "CPU system %", _num(2)),
-    Column("cpu_iowait", "CPU iowait %", _num(2)),
-    Column("cpu_total", "CPU total %", _num(2)),
-    Column("rank_cpus", "CPUs per rank", _num(2)),
-    Column("cpu_wait", "loop waited for a CPU %", _num(1, 100)),  # run-queue wait, not iowait
-    Column("work_wait", "threads waited for a CPU, by their work %", _num(1, 100)),
-    Column("helper_cpus", "CPUs of the ranks' child processes", _num(2)),
-    Column("other_cpus", "CPUs of other processes", _num(2)),
-    Column("cpu_steal", "CPU steal %", _num(1)),
-    Column("mem_avg_mib", "Memory AVG (MiB)", _num(2)),
-    Column("mem_max_mib", "Memory MAX (MiB)", _num(2)),
-]
-ACCURACY = [
-    *IDENT,
-    Column("epochs", "epochs", _num(0)),
-    Column("accuracy", "accuracy (%)", _num(2, 100)),
-    Column("best_accuracy", "best (%)", _num(2, 100)),
-    Column("time_to_best_s", "time to best (s)", _num(2)),
-    Column("time_to_target_s", "time to target (s)", _num(2)),
-]
-# the columns the model's two tables share
-MEASURED = Column("measured_t_iter_s", "measured (ms)", _num(2, 1e3))
-ERROR = Column("rel_error", "error", _pct)
-OVERSUBSCRIBED = Column("oversubscribed", "oversubscribed")
-PREDICTION = [
-    *IDENT,
-    Column("calibration", "calibration"),
-    MEASURED,
-    Column("predicted_t_iter_s", "predicted WFBP (ms)", _num(2, 1e3)),
-    ERROR,
-    Column("predicted_no_overlap_s", "predicted no overlap (ms)", _num(2, 1e3)),
-    Column("rel_error_no_overlap", "error (no overlap)", _pct),
-    Column("measured_efficiency", "measured E", _pct),
-    Column("predicted_efficiency", "predicted E", _pct),
-    Column("alpha_s", "α (µs)", _num(2, 1e6)),
-    Column("beta_s_per_byte", "β (ns/B)", _num(4, 1e9)),
-    OVERSUBSCRIBED,
-]
-HELD_OUT = [
-    *IDENT,
-    OVERSUBSCRIBED,
-    MEASURED,
-    Column("predicted_t_iter_s", "predicted held out (ms)", _num(2, 1e3)),
-    ERROR,
-    Column("resid_compute_s", "miss: compute (ms)", _num(2, 1e3)),
-    Column("resid_exchange_s", "miss: exchange (ms)", _num(2, 1e3)),
-    Column("resid_other_s", "miss: no phase (ms)", _num(2, 1e3)),
-    Column("repeat_spread", "repeats differ", _pct),
-]
-REPEATS = [
-    Column("config", "configuration"), Column("framework", "framework"), Column("backend", "backend"),
-    Column("model", "model"), Column("ranks", "N"), Column("batch_size", "batch"), Column("repeats", "repeats"),
-    Column("throughput_mean", "samples/s mean", _num(1)), Column("throughput_ci95", "± 95 % CI", _num(1)),
-    Column("throughput_cv", "CV", _pct), Column("t_iter_s_mean", "t_iter mean (ms)", _num(2, 1e3)),
-    Column("t_iter_s_ci95", "± 95 % CI (ms)", _num(2, 1e3)),
-]  # fmt: skip
-
-
-# What tells a row apart where the columns before it do not (hpcbench.spec.labels): the fields
-# that differ among the points whose framework, backend, env, model, N and batch are the same.
-DIFFERS = Column("differs", "differs in")
-SERIES_SAME = ("nodes", "ranks_per_node", "seed")  # one line of a vs-N figure: its x axis and repeats
 
 
 def _shown(env: bool) -> Callable[[Point], Hashable]:
@@ -306,40 +222,6 @@ def notes(analysis: Analysis) -> list[str]:
     energy where no point has it (one line)."""
     why = energy.sweep_note(analysis.stats)
     return [*analysis.warnings, *analysis.notes, *([why] if why else [])]
-
-
-WORKLOAD = [
-    *IDENT,
-    Column("precision", "precision"),
-    Column("seq_len", "seq", _num(0)),
-    Column("compile", "compile"),
-    *(Column.of(key) for key in ("throughput", "tokens_per_s", "tokens_per_s_device", "tflops_device", "mfu")),
-    Column("peak_source", "MFU's peak"),
-    *(Column.of(key) for key in ("peak_device_gib", "peak_host_gib", "perplexity")),
-]
-ENERGY = [
-    *IDENT,
-    Column.of("throughput"),
-    *(Column.of(key) for key in ("energy_j", "energy_per_sample_j", "energy_per_token_j")),
-    *(Column.of(key) for key in ("power_gpu_w", "power_cpu_w", "power_dram_w")),
-    Column("energy_note", "why blank"),
-]
-ENERGY_ABOUT = (
-    "What the counters read over the timed window (warm-up ended to loop ended), read between steps: each GPU's "
-    "through NVML (its energy counter, or its power integrated between reads), each host's CPU packages and DRAM "
-    "through RAPL. Energy = Σ packages, DRAM and GPUs (cores and uncore are inside their package); per sample: over "
-    "the samples of the timed iterations; power: per GPU, and per host for CPU and DRAM. A window shorter than a "
-    "counter's update interval is not a measurement: the point's figures are blank and the last column says why."
-)
-WORKLOAD_ABOUT = (
-    "tokens/s = samples/s × tokens per sample (sequence models); per device: over the devices the ranks used "
-    "(a GPU per rank, a CPU per node). TFLOP/s/device = samples/s × the model's training FLOPs per sample "
-    "(forward and backward matrix products and attention, counted as PyTorch's FLOP counter counts them; "
-    "embeddings, norms and the optimizer not counted) / devices. MFU = that over the device's dense peak for "
-    "the point's precision: a datasheet's, chosen by the device's NVML name, or one measured with "
-    "`hpcbench check --peak` (the column says which). Memory: the largest rank's allocator peak on its device "
-    "and its process's peak resident set. Perplexity: exp of the held-out mean token loss."
-)
 
 
 ACCURACY_ABOUT = (

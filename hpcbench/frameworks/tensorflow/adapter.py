@@ -78,13 +78,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
+from hpcbench.frameworks.tensorflow import losses
 from hpcbench.frameworks.tensorflow.stamps import Step
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -103,7 +104,6 @@ EXTRA_KEYS = {
 
 # The Keras dtype policy of each precision (tf32: float32 layers, TensorFloat-32 matmuls on CUDA).
 POLICIES = {"fp32": "float32", "tf32": "float32", "bf16": "mixed_bfloat16", "fp16": "mixed_float16"}
-TOKEN_TASKS = ("lm", "mlm")
 # The transformers' attention (blocks.py) and what it lowers to on the TensorFlow backend.
 ATTENTION = "keras.ops.dot_product_attention (tensorflow backend: einsum, masked softmax in float32, einsum)"
 
@@ -259,12 +259,12 @@ class TensorFlowFramework(Framework):
         keras.utils.set_random_seed(point.seed)  # the same initial weights on every rank
         self.model, self.optimizer = self._model_and_optimizer(point, tree)
         self.variables = list(self.model.trainable_variables)
-        loss_fn = _loss_function(tree)
+        loss_fn = losses.loss_function(tree)
         model, optimizer, variables = self.model, self.optimizer, self.variables
         jit = point.compile == "xla"
 
         def evaluate(x: Any, y: Any) -> tuple[Any, Any]:
-            return _evaluation(tree, loss_fn, x, y, model(x, training=False))
+            return losses.evaluation(tree, loss_fn, x, y, model(x, training=False))
 
         def forward(x: Any, y: Any) -> Any:
             return loss_fn(x, y, model(x, training=True))
@@ -398,59 +398,3 @@ class TensorFlowFramework(Framework):
             import keras
 
             keras.mixed_precision.set_dtype_policy(self._restore_policy)
-
-
-def _token_losses(y: Any, out: Any) -> tuple[Any, Any]:
-    """Per-token cross-entropy of the logits `out` (B, S, vocab), in float32, and which
-    tokens count (B, S; 1.0 or 0.0): all but the targets the loss ignores (`data.IGNORED`,
-    a masked-LM's unmasked positions)."""
-    import tensorflow as tf
-
-    counted = tf.not_equal(y, data.IGNORED)
-    targets = tf.where(counted, y, tf.zeros_like(y))
-    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(targets, tf.cast(out, tf.float32))
-    weights = tf.cast(counted, tf.float32)
-    return losses * weights, weights
-
-
-def _evaluation(tree: zoo.Model, loss_fn: Callable[[Any, Any, Any], Any], x: Any, y: Any, out: Any) -> tuple[Any, Any]:
-    """Graph code of a test batch: (the loss summed over its samples, a sample's loss being
-    its mean token loss in a sequence model; its correctly classified samples, 0 for a model
-    that is not a classifier)."""
-    import tensorflow as tf
-
-    if tree.task in TOKEN_TASKS:
-        losses, counted = _token_losses(y, out)
-        per_sample = tf.reduce_sum(losses, axis=1) / tf.maximum(tf.reduce_sum(counted, axis=1), 1.0)
-        return tf.reduce_sum(per_sample), tf.constant(0, tf.int64)
-    total = loss_fn(x, y, out) * tf.cast(tf.shape(y)[0], tf.float32)
-    if tree.task != "classify":
-        return total, tf.constant(0, tf.int64)
-    return total, tf.reduce_sum(tf.cast(tf.equal(tf.argmax(out, axis=1), y), tf.int64))
-
-
-def _loss_function(tree: zoo.Model) -> Callable[[Any, Any, Any], Any]:
-    """loss(x, y, output), in float32 whatever the policy computes in: a language model's
-    mean token cross-entropy over every position ("lm") or over the masked ones only
-    ("mlm"); cross-entropy of the logits for a classifier, else the squared error of the
-    reconstruction of x."""
-    import keras
-    import tensorflow as tf
-
-    if tree.task in TOKEN_TASKS:
-
-        def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            losses, counted = _token_losses(y, out)
-            return tf.reduce_sum(losses) / tf.maximum(tf.reduce_sum(counted), 1.0)
-    elif tree.task == "classify":
-        loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-        def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return loss_obj(y, tf.cast(out, tf.float32))
-    else:
-        mse = keras.losses.MeanSquaredError()
-
-        def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return mse(tf.reshape(x, (tf.shape(x)[0], -1)), tf.cast(out, tf.float32))
-
-    return loss_fn
