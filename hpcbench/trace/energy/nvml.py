@@ -81,14 +81,9 @@ class NvmlEnergyReader:
 
         `clock_ns` times the power integration (the counter needs no clock).
         """
-        if nvml is None:
-            nvml = import_nvml()
-            if isinstance(nvml, Absent):
-                return nvml
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            return Absent(describe(exc))
+        nvml = _initialised(nvml)
+        if isinstance(nvml, Absent):
+            return nvml
         try:
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             name = nvml.nvmlDeviceGetName(handle)
@@ -119,14 +114,9 @@ class NvmlEnergyReader:
         cls, nvml: Any = None, clock_ns: Callable[[], int] = time.perf_counter_ns
     ) -> list[NvmlEnergyReader | Absent] | Absent:
         """A reader (or why not) for each GPU NVML sees; `Absent` where NVML itself cannot be used."""
-        if nvml is None:
-            nvml = import_nvml()
-            if isinstance(nvml, Absent):
-                return nvml
-        try:
-            nvml.nvmlInit()
-        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
-            return Absent(describe(exc))
+        nvml = _initialised(nvml)
+        if isinstance(nvml, Absent):
+            return nvml
         try:  # each reader holds its own initialisation: this one only spans the opening
             count = nvml.nvmlDeviceGetCount()
             if count == 0:
@@ -167,3 +157,16 @@ class NvmlEnergyReader:
         nvml, self._nvml = self._nvml, None
         if nvml is not None:
             _shutdown(nvml)
+
+
+def _initialised(nvml: Any) -> Any:
+    """`nvml` (pynvml where None) after nvmlInit, or why NVML cannot be used (`Absent`)."""
+    if nvml is None:
+        nvml = import_nvml()
+        if isinstance(nvml, Absent):
+            return nvml
+    try:
+        nvml.nvmlInit()
+    except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, _DriverNotLoaded, ...
+        return Absent(describe(exc))
+    return nvml
