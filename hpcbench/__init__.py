@@ -4,4 +4,4 @@ The flow is one way: sweep spec -> points -> jobs -> ranks -> one HDF5 file per 
 analysis. See README.md for the commands and the HDF5 layout.
 """
 
-__version__ = "0.8.0"
+__version__ = "0.9.0"

@@ -215,7 +215,8 @@ def configurations(points: Sequence[PointData], ignored: Sequence[str]) -> tuple
         reset = dataclasses.replace(p.point, **{name: getattr(DEFAULTS, name) for name in ignored})
         config = found.setdefault(reset.id, Configuration(reset.id, reset))
         tokens = int(p.provenance.get("tokens_per_sample") or 0)
-        config.runs.append(Run(p.point_id, steps, int(p.iterations.shape[0]), p.point.batch_size, tokens))
+        ranks = metrics.data_ranks(p.point, int(p.iterations.shape[0]))  # a batch each
+        config.runs.append(Run(p.point_id, steps, ranks, p.point.batch_size, tokens))
         for name in ignored:
             if name != "seed":
                 config.pooled.setdefault(name, set()).add(json.dumps(getattr(p.point, name)))

@@ -123,8 +123,11 @@ def _per_host(found: list[Counter], kind: str) -> float:
 
 
 def _samples(p: PointData) -> int:
+    """The samples trained in the timed iterations: each rank's, once per group of ranks that
+    share a batch (tensor- and pipeline-parallel peers)."""
     it = p.iterations
-    return int(it["samples"][it["warmup"] == 0].astype(np.int64).sum()) if it.size else 0
+    shared = p.point.layout.tp * p.point.layout.pp if p.point.parallel else 1
+    return int(it["samples"][it["warmup"] == 0].astype(np.int64).sum()) // shared if it.size else 0
 
 
 def not_measured(p: PointData) -> str:

@@ -44,6 +44,13 @@ def t_iter(iterations: np.ndarray) -> float:
     return float(np.median(times)) if times.size else float("nan")
 
 
+def data_ranks(point: Point, n_ranks: int) -> int:
+    """Of a point's `n_ranks` ranks, those that read different data: all of them, but only one
+    per tensor-parallel group and pipeline (spec/parallel.py), whose ranks share a batch."""
+    layout = point.layout
+    return max(n_ranks // (layout.tp * layout.pp), 1) if point.parallel else n_ranks
+
+
 def throughput(n_ranks: int, batch_size: int, t_iteration: float) -> float:
     """Samples per second, N * b / t_iter (NaN when t_iter is not a positive time)."""
     return n_ranks * batch_size / t_iteration if t_iteration > 0 else float("nan")
@@ -101,7 +108,7 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Message
         "batch_size": point.batch_size,
         "timed_iterations": int(timed(iterations).shape[1]),
         "t_iter_s": t,
-        "throughput": throughput(n_ranks, point.batch_size, t),
+        "throughput": throughput(data_ranks(point, n_ranks), point.batch_size, t),
         "lif": lif,
         "lif_excess": excess,
         "cv": float(steps.std() / steps.mean()) if steps.size > 1 and steps.mean() > 0 else float("nan"),

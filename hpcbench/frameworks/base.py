@@ -24,7 +24,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import Registry, import_error
-from hpcbench.spec import Point
+from hpcbench.spec import Point, parallel
 from hpcbench.store import schema
 from hpcbench.store.traits import Traits
 from hpcbench.trace.messages import CommRecorder
@@ -125,6 +125,10 @@ class Framework(ABC):
     # why a model of the zoo is not among `models`, where a reason is known (e.g. the
     # transformers in a framework that has no fused attention)
     refusals: ClassVar[Mapping[str, str]] = {}
+    # the splits of the point's `parallel` layout this framework runs beyond data parallelism
+    # (fsdp, tp, pp: hpcbench.spec.parallel), and why it lacks the others, where known
+    layouts: ClassVar[tuple[str, ...]] = ()
+    layout_refusals: ClassVar[Mapping[str, str]] = {}
 
     _data: RankData | None = None  # set by `load_data` in `build`
 
@@ -143,6 +147,7 @@ class Framework(ABC):
         if point.optimizer not in cls.optimizers:
             yield "optimizer", f"{cls.name} has no {point.optimizer!r} optimizer here", ", ".join(cls.optimizers)
         yield from cls._check_numerics(point)
+        yield from cls._check_layout(point)
         if point.dataset not in cls.datasets:
             yield "dataset", f"{point.dataset!r} is not supported by {cls.name!r}", ", ".join(cls.datasets)
             return
@@ -157,6 +162,20 @@ class Framework(ABC):
         if point.compile is not None and point.compile not in cls.compile_modes:
             allowed = ", ".join(cls.compile_modes) or f"none: leave it unset ({cls.name} has no compile modes)"
             yield "compile", f"{point.compile!r} is not a compile mode of {cls.name}", allowed
+
+    @classmethod
+    def _check_layout(cls, point: Point) -> Iterable[Problem]:
+        """The point's `parallel` layout: its product against the ranks, and the splits this
+        framework runs."""
+        if not point.parallel:
+            return
+        yield from parallel.check(point.parallel, point.ranks, point.batch_size)
+        layout = point.layout
+        for axis in ("fsdp", "tp", "pp"):
+            if layout.degree(axis) > 1 and axis not in cls.layouts:
+                why = cls.layout_refusals.get(axis, f"{cls.name} does not run {axis} here")
+                runs = ", ".join(cls.layouts) or "none: data parallelism only (leave parallel unset)"
+                yield f"parallel.{axis}", why, f"the splits {cls.name} runs: {runs}"
 
     @classmethod
     def traits_of(cls, backend: str) -> Traits:

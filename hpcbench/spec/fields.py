@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from hpcbench.errors import SpecError
+from hpcbench.spec import parallel
 from hpcbench.spec.point import Scalar, _sorted_items, freeze
 
 Device = Literal["cpu", "cuda"]
@@ -169,4 +170,5 @@ def checkers(choices: Choices, sections: Mapping[str, OptionsParser]) -> dict[st
         "seq_len": _optional(_int(1, MAX_SEQ_LEN)),
         "precision": _optional(_one_of(PRECISIONS)),
         "compile": _optional(_text),  # checked per framework, once points exist
+        "parallel": parallel.parse,  # its product against the ranks: parallel.check, once points exist
     }

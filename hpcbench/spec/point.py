@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hpcbench.errors import SpecError
+from hpcbench.spec.parallel import Layout, layout_of
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -56,10 +57,23 @@ class Point:
     seq_len: int | None = None  # tokens per sample of a sequence model; None: the model's own
     precision: str | None = None  # fp32 | tf32 | bf16 | fp16 (mixed precision); None: fp32
     compile: str | None = None  # the framework's compiler and its mode (torch: default, ...); None: eager
+    # how the model and data split over the ranks (spec/parallel.py): sorted (key, value)
+    # pairs of dp, fsdp, tp, pp, zero, microbatches, schedule; (): plain data parallelism
+    parallel: tuple[tuple[str, Any], ...] = ()
 
     @property
     def ranks(self) -> int:
         return self.nodes * self.ranks_per_node
+
+    @property
+    def layout(self) -> Layout:
+        """How the model and data split over the ranks (plain data parallelism without `parallel`)."""
+        return layout_of(self.parallel, self.ranks) if self.parallel else Layout(dp=self.ranks)
+
+    @property
+    def data_ranks(self) -> int:
+        """Ranks that read different data (each a batch of `batch_size` per iteration)."""
+        return self.layout.data_ranks if self.parallel else self.ranks
 
     @property
     def total_iterations(self) -> int:
@@ -80,6 +94,7 @@ class Point:
         d["environ"] = dict(self.environ)
         d["extra"] = dict(self.extra)
         d["slurm"] = thaw(self.slurm)
+        d["parallel"] = dict(self.parallel)
         return d
 
     def to_json(self) -> str:
@@ -94,6 +109,7 @@ class Point:
         values["environ"] = _sorted_items(values.get("environ") or {})
         values["extra"] = _sorted_items(values.get("extra") or {})
         values["slurm"] = freeze("point.slurm", values.get("slurm") or {})
+        values["parallel"] = _sorted_items(values.get("parallel") or {})
         return cls(**values)
 
     @classmethod

@@ -72,7 +72,12 @@ import numpy as np
 #                       RAPL counters through its local rank 0, read when the timed loop begins,
 #                       when warm-up ends, at every flush inside the loop and when it ends: never
 #                       inside a step); readers give an empty table for older files.
-SCHEMA_VERSION = 8
+#   9 (hpcbench 0.9.0): comm.axis (the mesh axis of the group a message spans: dp, fsdp, tp,
+#                       pp; spec/parallel.py) and the collective kinds beyond all-reduce in
+#                       comm.op (allgather, reducescatter, send, recv, broadcast, alltoall).
+#                       Readers fill axis with "dp" in older files: every message then was a
+#                       data-parallel one.
+SCHEMA_VERSION = 9
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
 COMPUTE_PHASES = ("data", "h2d", "forward", "backward", "update")  # what LIF compares
@@ -96,12 +101,17 @@ RANK_DTYPE = np.dtype(
 )
 
 # One row per communication message (all-reduce of a gradient bucket, a fused Horovod
-# tensor, a parameter-server push or pull), on the common clock like the iterations.
+# tensor, a parameter-server push or pull, a sharded model's all-gather or reduce-scatter,
+# a tensor-parallel all-reduce, a pipeline's send or receive), on the common clock like the
+# iterations. `bytes` is the size nccl-tests calls a collective's: the whole buffer of an
+# all-reduce or broadcast, the gathered output of an all-gather, the input of a
+# reduce-scatter, the tensor sent or received.
 COMM_DTYPE = np.dtype(
     [
         ("rank", "<i4"),
         ("iteration", "<i4"),
-        ("op", "S16"),  # allreduce | allgather | broadcast | push | pull ...
+        ("op", "S16"),  # allreduce | allgather | reducescatter | broadcast | alltoall | send | recv | push | pull
+        ("axis", "S8"),  # the mesh axis its group spans: dp | fsdp | tp | pp (spec/parallel.py AXES)
         ("name", "S48"),  # bucket index or tensor name
         ("dtype", "S12"),
         ("bytes", "<i8"),

@@ -156,7 +156,24 @@ def to_8(parts: Parts) -> None:
         parts.energy = _empty(schema.ENERGY_DTYPE)
 
 
-STEPS: dict[int, Callable[[Parts], None]] = {2: to_2, 3: to_3, 4: to_4, 5: to_5, 6: to_6, 7: to_7, 8: to_8}
+def to_9(parts: Parts) -> None:
+    """Schema 9 added the `/comm` column `axis`: "dp" in an older file, whose every message
+    was a data-parallel one (a gradient's all-reduce, a parameter server's push or pull)."""
+    if parts.comm is not None and "axis" not in (parts.comm.dtype.names or ()):
+        parts.comm = with_columns(parts.comm, schema.COMM_DTYPE, ("axis",))
+        parts.comm["axis"] = b"dp"
+
+
+STEPS: dict[int, Callable[[Parts], None]] = {
+    2: to_2,
+    3: to_3,
+    4: to_4,
+    5: to_5,
+    6: to_6,
+    7: to_7,
+    8: to_8,
+    9: to_9,
+}
 assert sorted(STEPS) == list(range(2, schema.SCHEMA_VERSION + 1)), "a step for every schema version"
 
 

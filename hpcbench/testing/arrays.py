@@ -42,11 +42,13 @@ def iterations(
     return a
 
 
-def comm_rows(rows: Sequence[tuple[int, int, int, float, float]], op: bytes = b"allreduce") -> np.ndarray:
+def comm_rows(
+    rows: Sequence[tuple[int, int, int, float, float]], op: bytes = b"allreduce", axis: bytes = b"dp"
+) -> np.ndarray:
     """(rank, iteration, bytes, t_start, t_end) -> COMM_DTYPE rows (seq names in order)."""
     out = np.zeros(len(rows), dtype=COMM_DTYPE)
     for i, (rank, it, nbytes, t0, t1) in enumerate(rows):
-        out[i] = (rank, it, op, str(i).encode(), b"float32", nbytes, t0, t1)
+        out[i] = (rank, it, op, axis, str(i).encode(), b"float32", nbytes, t0, t1)
     return out
 
 

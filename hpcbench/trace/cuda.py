@@ -176,8 +176,10 @@ class CudaCommRecorder(CommRecorder):
     def _new_event(self) -> Any:
         return self._torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
-    def begin(self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0) -> int:
-        slot = super().begin(iteration, op, name, dtype, nbytes, t_ns)
+    def begin(
+        self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0, axis: str = "dp"
+    ) -> int:
+        slot = super().begin(iteration, op, name, dtype, nbytes, t_ns, axis)
         self._record(self._began[slot], self._current_stream())
         return slot
 

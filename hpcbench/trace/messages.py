@@ -32,7 +32,7 @@ class CommRecorder:
         self._bytes = np.zeros(capacity, dtype=np.int64)
         self._t0 = np.zeros(capacity, dtype=np.int64)
         self._t1 = np.zeros(capacity, dtype=np.int64)
-        self._codes = np.zeros((capacity, 3), dtype=np.int32)  # op, name, dtype
+        self._codes = np.zeros((capacity, 4), dtype=np.int32)  # op, name, dtype, axis
 
     def _grow(self) -> None:
         # More messages between two flushes than expected: double (rare, amortised).
@@ -49,8 +49,11 @@ class CommRecorder:
             self._text.append(text.encode()[:48])
         return code
 
-    def begin(self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0) -> int:
-        """A message handed to the backend at `t_ns` (perf_counter_ns; default now); its slot for `end`."""
+    def begin(
+        self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0, axis: str = "dp"
+    ) -> int:
+        """A message handed to the backend at `t_ns` (perf_counter_ns; default now) on the
+        group of mesh axis `axis`; its slot for `end`."""
         i = self._n
         if i == self._cap:
             self._grow()
@@ -61,6 +64,7 @@ class CommRecorder:
         codes[0] = self._intern(op)
         codes[1] = self._intern(name)
         codes[2] = self._intern(dtype)
+        codes[3] = self._intern(axis)
         self._n = i + 1
         return i
 
@@ -80,7 +84,8 @@ class CommRecorder:
         if not len(waiting):
             return ""
         i = int(waiting[0])
-        op, name, _ = (self._text[c].decode(errors="replace") for c in self._codes[i])
+        op, name, _, axis = (self._text[c].decode(errors="replace") for c in self._codes[i])
+        op = op if axis == "dp" else f"{op} ({axis})"
         more = f", {len(waiting) - 1} more after it" if len(waiting) > 1 else ""
         return f"{op} {name} ({int(self._bytes[i])} B, iteration {int(self._iteration[i])}{more})"
 
@@ -95,7 +100,7 @@ class CommRecorder:
         rows["t_start"] = (t0 + self._offset) / 1e9
         rows["t_end"] = (np.where(t1 > 0, t1, t0) + self._offset) / 1e9
         text = np.array(self._text or [b""], dtype="S48")
-        for column, field in enumerate(("op", "name", "dtype")):
+        for column, field in enumerate(("op", "name", "dtype", "axis")):
             rows[field] = text[self._codes[:n, column]]
         self._t1[:n] = 0
         self._n = 0

@@ -61,7 +61,14 @@ MESSAGES = (
     POINT,
     RANK,
     Column("iteration", pa.int32(), "", "the iteration (0-based, warm-up included) the message belongs to", "delta"),
-    Column("op", STRING, "", "allreduce | allgather | broadcast | push | pull ...", "dictionary"),
+    Column(
+        "op",
+        STRING,
+        "",
+        "allreduce | allgather | reducescatter | broadcast | alltoall | send | recv | push | pull",
+        "dictionary",
+    ),
+    Column("axis", STRING, "", "the mesh axis of the group the message spans: dp | fsdp | tp | pp", "dictionary"),
     Column("name", STRING, "", "bucket index or tensor name", "dictionary"),
     Column("dtype", STRING, "", "element type of the message", "dictionary"),
     Column("bytes", pa.int64(), "bytes", "message size", "dictionary"),
@@ -169,6 +176,7 @@ def message_chunks(p: PointData) -> Iterator[Any]:
     return _rank_rows(p, p.comm, MESSAGES, lambda rows: {
         "iteration": ints(rows["iteration"]),
         "op": strings(rows["op"]),
+        "axis": strings(rows["axis"]),
         "name": strings(rows["name"]),
         "dtype": strings(rows["dtype"]),
         "bytes": ints(rows["bytes"], np.int64),

@@ -11,6 +11,7 @@ outstanding after that, comm_total = the messages' summed times, one comm event 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import socket
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     import torch
 
     from hpcbench.frameworks.torch.exchange import Exchange
+    from hpcbench.frameworks.torch.mesh import Mesh
 
 
 class TorchComm:
@@ -92,6 +94,10 @@ class TorchFramework(Framework):
     precisions = ("fp32", "tf32", "bf16", "fp16")
     optimizers = ("sgd", "momentum", "adam", "adamw")
     compile_modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    layouts = ("fsdp", "tp")
+    layout_refusals: ClassVar[Mapping[str, str]] = {
+        "pp": "pipeline parallelism is not built into hpcbench's PyTorch adapter yet"
+    }
     traits: ClassVar[Mapping[str, Traits]] = {
         "gloo": Traits(grouping="buckets", sleeping_wait=True),  # DDP's buckets; gloo's waits sleep
         "nccl": Traits(grouping="buckets"),
@@ -112,6 +118,7 @@ class TorchFramework(Framework):
         yield from super().check_point(point)
         if point.precision == "tf32" and point.device != "cuda":
             yield "precision", "tf32 is a CUDA matmul mode (fp32 data on tensor cores)", "fp32, bf16, fp16 on cpu"
+        yield from _check_split(point)
         if point.compile is not None and point.backend in ("mpi", "horovod"):
             yield (
                 "compile",
@@ -125,6 +132,8 @@ class TorchFramework(Framework):
         self._precision: Any = None  # autocast's dtype (None: fp32, no autocast)
         self._scaler: Any = None  # fp16's loss scaler
         self._attention = False  # the model has attention (its implementation is recorded)
+        self._mesh: Mesh | None = None  # a `parallel` layout's groups
+        self._split: set[str] = set()  # the parameters a tensor-parallel rank holds a part of
 
     def setup(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch
@@ -155,7 +164,22 @@ class TorchFramework(Framework):
                 self._comm = HorovodComm(hvd)
         else:
             self._init_process_group(point, renv, comm)
-            self._exchange = DDPExchange(renv.size)
+            self._exchange = self._layout_exchange(point, renv) if point.parallel else DDPExchange(renv.size)
+
+    def _layout_exchange(self, point: Point, renv: RankEnv) -> Exchange:
+        """The exchange of a point with a `parallel` layout: FSDP's over the fsdp (and dp)
+        groups, DDP's over the dp group, or none (every rank's data is its group's)."""
+        from hpcbench.frameworks.torch.exchange import DDPExchange, Exchange
+        from hpcbench.frameworks.torch.mesh import Mesh
+        from hpcbench.frameworks.torch.sharded import ShardedExchange
+
+        layout = point.layout
+        self._mesh = Mesh(layout, renv.rank)
+        if layout.fsdp > 1:
+            return ShardedExchange(renv.size, self._mesh, layout.zero)
+        if layout.dp > 1:
+            return DDPExchange(layout.dp, self._mesh.groups["dp"])
+        return Exchange(renv.size)
 
     def _init_process_group(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch.distributed as dist
@@ -194,6 +218,14 @@ class TorchFramework(Framework):
         self._attention = any(isinstance(layer, zoo.Block) for layer in spec.layers)
         torch.manual_seed(point.seed)  # the same initial weights on every rank (and broadcast anyway)
         module = torch_layers.build(spec).to(self.device)
+        mesh = self._mesh
+        if mesh is not None and "tp" in mesh.groups:
+            from hpcbench.frameworks.torch import tensor
+            from hpcbench.frameworks.torch.mesh import Traced
+
+            tensor.split(module, Traced(self._exchange, mesh.groups["tp"], "tp"), mesh.index("tp"), mesh.layout.tp)
+            # FSDP replaces the parameters (names stay): the split ones are known by name
+            self._split = {name for name, p in module.named_parameters() if getattr(p, tensor.SPLIT, False)}
         self.model = self._exchange.wrap(module, self.device)
         if point.compile is not None:
             self.model = torch.compile(self.model, mode=point.compile)  # type: ignore[assignment]
@@ -212,7 +244,11 @@ class TorchFramework(Framework):
             momentum = self.momentum if point.optimizer == "momentum" else 0.0
             self.optimizer = torch.optim.SGD(params, lr=point.lr, momentum=momentum)
 
-        shard = self.load_data(point, spec, self.rank, self.size)
+        if mesh is None:
+            shard = self.load_data(point, spec, self.rank, self.size)
+        else:  # the peers of a tensor-parallel group read the same data
+            shard = self.load_data(point, spec, mesh.layout.data_rank(self.rank), mesh.layout.data_ranks)
+            shard = self._even_test(shard)
         # The whole shard as tensors once (sharing numpy's memory on the CPU; page-locked for
         # CUDA so that the copy to the device can be asynchronous): a step only indexes it.
         pin = self.device.type == "cuda"
@@ -220,6 +256,19 @@ class TorchFramework(Framework):
         self._y = torch.from_numpy(shard.train.y)
         if pin:
             self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
+
+    def _even_test(self, shard: data.Shard) -> data.Shard:
+        """The test split cut to the shortest of every rank's: a sharded or split model's
+        every forward is a collective, so every rank tests as many batches."""
+        import torch
+        import torch.distributed as dist
+
+        length = torch.tensor([len(shard.test)])
+        dist.all_reduce(length, op=dist.ReduceOp.MIN)
+        n = int(length)
+        test = data.Split(shard.test.x[:n], shard.test.y[:n])
+        self._data = dataclasses.replace(self.rank_data, shard=data.Shard(shard.train, test, shard.classes))
+        return self._data.shard
 
     def _set_precision(self, point: Point) -> None:
         """Mixed precision: autocast's dtype for bf16 and fp16 (fp32 master weights and
@@ -249,6 +298,9 @@ class TorchFramework(Framework):
         return self.loss_fn(out, y)
 
     def step(self, rec: Recorder) -> Any:
+        exchange = self._exchange
+        assert exchange is not None
+        exchange.begin_iteration(rec)  # a layout's messages begin in forward
         index = self.batches.next_index()
         if isinstance(index, slice):
             x, y = self._x[index], self._y[index]
@@ -266,18 +318,16 @@ class TorchFramework(Framework):
         with self._autocast():
             loss = self._loss(self.model(x), x, y)
         rec.mark(Phase.FORWARD)
-        exchange = self._exchange
-        assert exchange is not None
-        exchange.begin_iteration(rec)
         scaler = self._scaler
         # the exchange's hooks mark the end of backward: the last gradient ready
         (loss if scaler is None else scaler.scale(loss)).backward()
         if exchange.ready:
             exchange.finish()
             rec.mark(Phase.COMM)
-            rec.add_comm(exchange.total_ns)
         else:
             rec.mark(Phase.BACKWARD)
+        if exchange.total_ns:
+            rec.add_comm(exchange.total_ns)
         if scaler is None:
             self.optimizer.step()
         else:
@@ -292,6 +342,8 @@ class TorchFramework(Framework):
         import torch
 
         self.model.eval()
+        if self._exchange is not None:  # a layout's messages of the test pass are not the training's
+            self._exchange.comm = None
         with torch.no_grad():
             yield
         self.model.train()
@@ -309,7 +361,30 @@ class TorchFramework(Framework):
         return loss, int((out.argmax(dim=1) == yt).sum())
 
     def parameter_checksum(self) -> float:
-        return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
+        if self._mesh is None:
+            return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
+        return self._mesh_checksum(self._mesh)
+
+    def _mesh_checksum(self, mesh: Mesh) -> float:
+        """The whole model's checksum, summed over the parts the ranks of this rank's replica
+        hold (each FSDP shard, each tensor-parallel part; a weight the tensor-parallel group
+        holds whole counted once): equal on replicas whose weights are equal."""
+        import torch
+        import torch.distributed as dist
+        from torch.distributed.fsdp import FSDPModule
+
+        for module in self.model.modules():  # ZeRO 2 keeps the gathered weights after a forward
+            if isinstance(module, FSDPModule):
+                module.reshard()
+        first = mesh.index("tp") == 0
+        parts = []
+        for name, p in self.model.named_parameters():
+            if first or name.removeprefix("module.").removeprefix("_orig_mod.") in self._split:
+                local = p.to_local() if hasattr(p, "to_local") else p
+                parts.append(local.detach().cpu().numpy())
+        total = torch.tensor([checksum(parts)], dtype=torch.float64)
+        dist.all_reduce(total, group=mesh.replica)
+        return float(total)
 
     def peak_device_memory(self) -> int | None:
         import torch
@@ -339,6 +414,8 @@ class TorchFramework(Framework):
         out["torch_autocast"] = str(self._precision).removeprefix("torch.") if self._precision is not None else "off"
         kind = self._exchange.kind if self._exchange is not None else ""
         out["torch_exchange"] = kind
+        if self._mesh is not None:
+            out["layout"] = self._mesh.layout.label()
         if kind == "ddp":
             import torch.distributed as dist
 
@@ -375,3 +452,29 @@ class TorchFramework(Framework):
             import horovod.torch as hvd
 
             hvd.shutdown()
+
+
+def _check_split(point: Point) -> Iterable[Problem]:
+    """A tensor-parallel split of a model: a transformer whose heads, key-value heads and MLP
+    width the degree divides."""
+    tp = point.layout.tp if point.parallel else 1
+    if tp == 1 or point.model not in zoo.NAMES:
+        return
+    found = [layer for layer in zoo.model(point.model).layers if isinstance(layer, zoo.Block)]
+    if not found:
+        yield (
+            "parallel.tp",
+            f"{point.model} has no transformer blocks to split",
+            f"tp with {', '.join(zoo.TRANSFORMER_NAMES)}",
+        )
+        return
+    block = found[0]
+    sizes = {"heads": block.attention.heads, "key-value heads": block.attention.groups, "MLP width": block.mlp.hidden}
+    for what, size in sizes.items():
+        if size % tp:
+            yield (
+                "parallel.tp",
+                f"tp {tp} does not divide {point.model}'s {size} {what}",
+                "a divisor of the heads, key-value heads and MLP width",
+            )
+            return

@@ -75,11 +75,15 @@ def _dtype_name(tensor: torch.Tensor) -> str:
 class DDPExchange(Exchange):
     kind = "ddp"
 
+    def __init__(self, world: int, group: Any = None) -> None:
+        super().__init__(world)
+        self.group = group  # the data-parallel group of a layout (None: every rank)
+
     def wrap(self, model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [device.index] if device.type == "cuda" else None
-        ddp = DistributedDataParallel(model, device_ids=ids, **_no_buffer_sync(model))
+        ddp = DistributedDataParallel(model, device_ids=ids, process_group=self.group, **_no_buffer_sync(model))
         ddp.register_comm_hook(self, _timed_allreduce)
         return ddp
 
@@ -116,7 +120,7 @@ def _timed_allreduce(state: DDPExchange, bucket: Any) -> Any:
         nbytes = tensor.numel() * tensor.element_size()
         slot = comm.begin(state.iteration, "allreduce", f"bucket{bucket.index()}", _dtype_name(tensor), nbytes, t0)
     tensor.div_(state.world)
-    future = dist.all_reduce(tensor, async_op=True).get_future()
+    future = dist.all_reduce(tensor, group=state.group, async_op=True).get_future()
 
     def done(fut: Any) -> Any:
         t1 = time.perf_counter_ns()
