@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import stats, workload
+from hpcbench.analysis import collectives, stats, workload
 from hpcbench.analysis.model import predict, validate
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.stragglers import exposure
@@ -36,6 +36,7 @@ class Analysis:
     held_out: pd.DataFrame = field(default_factory=pd.DataFrame)  # the model's leave-one-scale-out errors
     headlines: list[str] = field(default_factory=list)  # what a reader needs first, atop the report
     slow: stragglers.SweepStragglers = field(default_factory=stragglers.SweepStragglers)  # why it is slow
+    collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point x op x axis, where layouts run
 
     def samples(self) -> pd.DataFrame:
         return samples_table(self.data)
@@ -63,6 +64,7 @@ def analyse(
     held = validate.held_out(sweep.points, indexed, link)
     notes = workload.notes(stats_frame) + stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
     headlines = [validate.headline(held), *_oversubscribed(preds), *([slow.headline] if slow.headline else [])]
+    by_axis = collectives.table(sweep.points) if collectives.has_layouts(sweep.points) else pd.DataFrame()
     return Analysis(
         sweep.directory,
         sweep.points,
@@ -76,6 +78,7 @@ def analyse(
         held,
         headlines,
         slow,
+        by_axis,
     )
 
 

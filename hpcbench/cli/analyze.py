@@ -25,7 +25,7 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import energy, metrics, pipeline, resources, tables, workload
+from hpcbench.analysis import collectives, energy, metrics, pipeline, resources, tables, workload
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
@@ -69,6 +69,24 @@ def format_table(table: pd.DataFrame) -> str:
     return textable.render(rows, right=True)
 
 
+def format_collectives(table: pd.DataFrame) -> str:
+    """The collectives per point x op x mesh axis (analysis/collectives.py) as a section of text."""
+    head = "collectives per mesh axis (timed iterations; per rank; busbw with nccl-tests' factors):"
+    if table.empty:
+        return f"\n{head} no message was recorded"
+    rows = [["point", "layout", "op", "axis", "n", "level", "msgs/iter", "MB/iter", "ms/msg", "algbw GB/s",
+             "busbw GB/s"]]  # fmt: skip
+    for r in table.to_dict("records"):
+        rows.append([str(r["point"]), str(r["layout"]), str(r["op"]), str(r["axis"]), str(r["group_size"]),
+                     str(r["level"]), f"{r['messages_per_iter']:.2f}", f"{r['bytes_per_iter'] / 1e6:,.2f}",
+                     f"{r['time_per_message_s'] * 1e3:.3f}", _rate(r["algbw"]), _rate(r["busbw"])])  # fmt: skip
+    return f"\n{head}\n" + textable.render(rows, right=True)
+
+
+def _rate(value: float) -> str:
+    return "-" if value != value else f"{value / 1e9:,.2f}"
+
+
 def _cell(value: object) -> str:
     """An identifying cell: an integer-valued float (a column with blanks) as an integer."""
     if isinstance(value, float):
@@ -97,6 +115,8 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
         table = energy.add(table, sweep.points)
         output.write_text(table.to_csv(index=False))
     print(format_table(table), file=out)
+    if collectives.has_layouts(sweep.points):
+        print(format_collectives(collectives.table(sweep.points)), file=out)
     for note in workload.notes(table):
         print(f"note: {note}", file=out)
     if note := energy.sweep_note(table):  # one line for the sweep, not one per point

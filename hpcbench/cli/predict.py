@@ -4,6 +4,8 @@
     hpcbench predict SWEEP_DIR --nodes 8,16,32 [--csv]   a measured sweep at other node counts
     hpcbench predict TABLE.yaml [--csv OUT.csv]          a published table (hpcbench/analysis/published/):
                                                          every cell predicted beside its published value
+    hpcbench predict FILE.yaml --layouts [--csv]         a transformer's parallel layouts (dp x fsdp x tp x
+                                                         pp) on each node count, ranked (model/layouts.py)
 
 The file's format is hpcbench.analysis.model.forecast_spec's (docs/metrics-and-model.md has a
 worked example). The table gives, per node count, ranks, predicted t_iter, throughput,
@@ -24,7 +26,8 @@ from typing import TextIO
 import pandas as pd
 
 from hpcbench.analysis import published, tables
-from hpcbench.analysis.model import forecast, forecast_spec
+from hpcbench.analysis.model import forecast, forecast_spec, layouts
+from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.cli import failure, textable
 from hpcbench.cli.analyze import load_sweep
 from hpcbench.cli.pipes import quiet_on_closed_pipe
@@ -105,15 +108,19 @@ def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFr
     return table
 
 
-def _from_file(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
+def _from_file(target: Path, nodes: list[int] | None, out: TextIO, with_layouts: bool = False) -> pd.DataFrame:
     text = _read_text(target)
     if published.is_table(parse_yaml(text)):
         if nodes is not None:
             raise SpecError("--nodes", "goes with a sweep directory; a published table lists its own cells")
+        if with_layouts:
+            raise SpecError("--layouts", "goes with a prediction file; a published table lists its own cells")
         return _published(published.evaluate(parse_yaml(text)), out)
     if nodes is not None:
         raise SpecError("--nodes", "goes with a sweep directory; a prediction file lists its own nodes")
     spec = forecast_spec.parse(text, target.parent)
+    if with_layouts:
+        return _layouts(spec, out)
     table = forecast.forecast(spec)
     print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node, "
           f"{spec.algorithm} all-reduce", file=out)  # fmt: skip
@@ -138,16 +145,83 @@ def _published(table: published.Table, out: TextIO) -> pd.DataFrame:
     )  # fmt: skip
 
 
-def _predict(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
-    return _from_sweep(target, nodes, out) if target.is_dir() else _from_file(target, nodes, out)
+def _level(spec: forecast_spec.ForecastSpec, name: str) -> LinkCost:
+    level: forecast_spec.Level = getattr(spec, name)
+    if level.link is None:
+        raise SpecError(f"links.{name}", "is given as per-P fits: the layouts' groups need a link per hop",
+                        "bandwidth_gbps (+ latency_us), alpha_s + beta_s_per_byte, or from_commbench")  # fmt: skip
+    return level.link
 
 
-def run(target: Path, nodes: list[int] | None, csv: Path | None, out: TextIO, force: bool = False) -> int:
+def _layouts(spec: forecast_spec.ForecastSpec, out: TextIO) -> pd.DataFrame:
+    """Every layout of the spec's transformer on each of its node counts, ranked (layouts.rank)."""
+    model = forecast_spec.layout_model(spec)
+    if spec.device_memory_gb is None:
+        raise SpecError("device_memory_gb", "is missing: --layouts tells the layouts that fit from those that do not",
+                        "GiB per device, a number > 0")  # fmt: skip
+    if spec.single_rank_s is None and spec.peak_flops is None:
+        raise SpecError("single_rank", "is missing and no peak is given: --layouts needs a compute time",
+                        "single_rank (measured), or peak_tflops or device (with efficiency)")  # fmt: skip
+    job = layouts.Job(model, spec.batch_size, spec.precision, spec.optimizer, spec.flash_attention)
+    machine = layouts.Machine(
+        spec.ranks_per_node, _level(spec, "intra"), _level(spec, "inter"), spec.device_memory_gb * layouts.GIB,
+        spec.nics_per_node, spec.peak_flops, spec.efficiency, spec.single_rank_s,
+    )  # fmt: skip
+    table = layouts.rank(job, machine, spec.nodes, spec.microbatches, spec.schedules, spec.only)
+    if spec.single_rank_s is not None:
+        compute = f"compute measured on one rank ({spec.single_rank_s * 1e3:.2f} ms per batch)"
+    else:
+        peak = (spec.peak_flops or 0.0) / 1e12
+        compute = f"compute at {spec.efficiency:.0%} of the {spec.peak_source} ({peak:g} TFLOP/s)"
+    print(f"{spec.name}: {model.name}, {model.parameters:,} parameters, seq {model.tokens}, batch {spec.batch_size} "
+          f"per data-parallel rank, {spec.precision}, {spec.optimizer}, {spec.device_memory_gb:g} GiB per device; "
+          f"{compute}", file=out)  # fmt: skip
+    for note in spec.link_notes:
+        print(f"link {note}", file=out)
+    for nodes, group in table.groupby("nodes", sort=False):
+        ranks = int(group["ranks"].iloc[0])
+        fit = int(group["fits"].sum())
+        print(f"\n{nodes} node(s) x {spec.ranks_per_node} ranks = {ranks} devices: {len(group)} layouts, "
+              f"{fit} fit", file=out)  # fmt: skip
+        print(_render_layouts(group), file=out)
+    if table.empty:
+        print("no layout: no node count's ranks can split the model (tp must divide its heads, KV heads and "
+              "MLP width; pp at most its blocks)", file=out)  # fmt: skip
+    return table
+
+
+def _render_layouts(table: pd.DataFrame) -> str:
+    rows = [["layout", "t_iter ms", "tokens/s", "memory GiB", "exposed comm ms", "bubble", ""]]
+    for r in table.to_dict("records"):
+        exposed = r["tp_comm_s"] + r["pp_comm_s"] + r["shard_exposed_s"]
+        rows.append([r["layout"], f"{r['t_iter_s'] * 1e3:.2f}", f"{r['tokens_per_s']:,.0f}",
+                     f"{r['memory_gib']:.2f}", f"{exposed * 1e3:.2f}", f"{r['bubble']:.0%}",
+                     "" if r["fits"] else "out of memory"])  # fmt: skip
+    return textable.render(rows, right=True)
+
+
+def _predict(target: Path, nodes: list[int] | None, out: TextIO, with_layouts: bool = False) -> pd.DataFrame:
+    if target.is_dir():
+        if with_layouts:
+            raise SpecError("--layouts", f"{target} is a directory: layouts are predicted from a prediction file",
+                            "a YAML file with model, batch_size, device_memory_gb, ...")  # fmt: skip
+        return _from_sweep(target, nodes, out)
+    return _from_file(target, nodes, out, with_layouts)
+
+
+def run(
+    target: Path,
+    nodes: list[int] | None,
+    csv: Path | None,
+    out: TextIO,
+    force: bool = False,
+    with_layouts: bool = False,
+) -> int:
     if csv is None:
-        _predict(target, nodes, out)
+        _predict(target, nodes, out, with_layouts)
         return 0
     with OutputFile(csv, option="--csv", force=force, reads=[target]) as output:  # checked before any work
-        table = _predict(target, nodes, out)
+        table = _predict(target, nodes, out, with_layouts)
         output.write_text(table.to_csv(index=False))
     print(f"wrote {csv}", file=out)
     return 0
@@ -160,10 +234,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     p.add_argument("--nodes", type=_nodes, help="with a sweep directory: node counts to predict, e.g. 8,16,32")
     p.add_argument("--csv", type=Path, help="also write the table as CSV (a new file)")
     p.add_argument("--force", action="store_true", help="replace the --csv file if it exists")
+    layouts_help = "with a prediction file of a transformer: every dp x fsdp x tp x pp layout, ranked"
+    p.add_argument("--layouts", action="store_true", help=layouts_help)
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    return failure.guarded(lambda: run(Path(args.target), args.nodes, args.csv, out, args.force), prog or PROG,
-                           args.verbose)  # fmt: skip
+    return failure.guarded(lambda: run(Path(args.target), args.nodes, args.csv, out, args.force, args.layouts),
+                           prog or PROG, args.verbose)  # fmt: skip
 
 
 if __name__ == "__main__":

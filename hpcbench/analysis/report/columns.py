@@ -139,3 +139,19 @@ WORKLOAD_ABOUT = (
     "`hpcbench check --peak` (the column says which). Memory: the largest rank's allocator peak on its device "
     "and its process's peak resident set. Perplexity: exp of the held-out mean token loss."
 )
+
+# collectives per point x op x mesh axis (analysis/collectives.py), where some point runs a layout
+COLLECTIVES = [
+    Column("point", "point"), Column("layout", "layout"), Column("op", "op"), Column("axis", "axis"),
+    Column("group_size", "n", _num(0)), Column("level", "level"),
+    Column("messages_per_iter", "messages / iter / rank", _num(2)),
+    Column("bytes_per_iter", "MB / iter / rank", _num(2, 1e-6)),
+    Column("time_per_message_s", "time / message (ms)", _num(3, 1e3)),
+    Column("algbw", "algbw (GB/s)", _num(2, 1e-9)), Column("busbw", "busbw (GB/s)", _num(2, 1e-9)),
+]  # fmt: skip
+COLLECTIVES_ABOUT = (
+    "Each point's messages in its timed iterations by kind and mesh axis: per iteration and rank, the mean "
+    "time of a message (hand-over to completion, waits for peers included), algbw = bytes / time and busbw = "
+    "algbw × nccl-tests' bus factor over the axis's n ranks (all-reduce 2(n−1)/n; all-gather, reduce-scatter "
+    "(n−1)/n; broadcast, send, receive 1); level: whether the axis's groups lie inside a node."
+)

@@ -21,6 +21,8 @@ from hpcbench.analysis.report import figures
 from hpcbench.analysis.report import stragglers as straggler_report
 from hpcbench.analysis.report.columns import (
     ACCURACY,
+    COLLECTIVES,
+    COLLECTIVES_ABOUT,
     DIFFERS,
     ENERGY,
     ENERGY_ABOUT,
@@ -214,6 +216,9 @@ def sections(analysis: Analysis) -> list[Section]:
         out.insert(1, Section("Tokens, model FLOPs, MFU and memory", columns, shown, WORKLOAD_ABOUT))
     if energy.measured(stats):
         out.insert(1, Section("Energy", _with_differs(_with_env(ENERGY, stats), stats), shown, ENERGY_ABOUT))
+    if not analysis.collectives.empty:  # where some point runs a parallel layout (analysis/collectives.py)
+        at = next(i for i, section in enumerate(out) if section.title == "Phases") + 1
+        out.insert(at, Section("Collectives per mesh axis", COLLECTIVES, analysis.collectives, COLLECTIVES_ABOUT))
     return out
 
 
