@@ -117,8 +117,9 @@ class Point:
         return cls.from_dict(json.loads(text))
 
     def label(self) -> str:
-        """A short human label: the fields most sweeps vary."""
-        return f"{self.framework}/{self.backend} {self.model} {self.nodes}x{self.ranks_per_node} b={self.batch_size}"
+        """A short human label: the fields most sweeps vary (and the layout, where one is set)."""
+        label = f"{self.framework}/{self.backend} {self.model} {self.nodes}x{self.ranks_per_node} b={self.batch_size}"
+        return f"{label} {self.layout.label()}" if self.parallel else label
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Point))

@@ -29,6 +29,8 @@ LAYOUTS = {  # label: (ranks, parallel)
     "hsdp zero2": (4, {"fsdp": 2, "zero": 2}),
     "tp2": (4, {"tp": 2}),
     "tp2 fsdp2": (4, {"tp": 2, "fsdp": 2}),
+    "pp2 1f1b": (4, {"pp": 2, "microbatches": 4}),
+    "pp2 gpipe": (4, {"pp": 2, "microbatches": 2, "schedule": "gpipe"}),
 }
 
 
@@ -112,6 +114,20 @@ def test_tensor_parallel_layouts_train_what_their_data_ranks_train(layouts: dict
     assert _losses(layouts["tp2"])[0, 0] == pytest.approx(_losses(reference)[0, 0], rel=1e-6)
 
 
+def test_pipelines_train_what_their_data_ranks_train(layouts: dict[str, PointData]) -> None:
+    """Two stages, each of two replicas, against DDP on those two data ranks: the last stage's
+    losses (the other stage records none: it computes no loss) and the weights, the head's
+    tied copy kept equal to the embedding table."""
+    reference = layouts["dp2"]
+    for label in ("pp2 1f1b", "pp2 gpipe"):
+        p = layouts[label]
+        loss = _losses(p)
+        assert np.isnan(loss[:2]).all(), label  # stage 0: ranks 0 and 1 (pp is the outermost axis)
+        np.testing.assert_allclose(loss[2:], _losses(reference), rtol=2e-4, err_msg=label)
+        np.testing.assert_allclose(_checksums(p), _checksums(reference)[0], rtol=1e-6, err_msg=label)
+        np.testing.assert_allclose(p.eval["loss"], np.tile(reference.eval["loss"], 2), rtol=2e-4, err_msg=label)
+
+
 def test_every_collective_moves_the_bytes_the_layout_must(layouts: dict[str, PointData]) -> None:
     model = zoo.model("gpt_tiny")
     params = 4 * zoo.count_parameters(model)  # fp32 bytes
@@ -132,6 +148,16 @@ def test_every_collective_moves_the_bytes_the_layout_must(layouts: dict[str, Poi
     # Megatron: per block two all-reduces of the activations forward, two of their gradients backward
     assert _per_iteration(layouts["tp2"], "allreduce", "tp") == (4 * len(blocks), 4 * len(blocks) * activation)
     assert set(layouts["tp2"].comm["axis"].tolist()) == {b"tp", b"dp"}
+    # a pipeline: each micro-batch's activations sent forward, their gradients back; the tied
+    # table's gradient summed over the ends; each stage's gradients all-reduced over dp in one message
+    table = next(layer for layer in model.layers if isinstance(layer, zoo.Embedding))
+    for label, micro in (("pp2 1f1b", 4), ("pp2 gpipe", 2)):
+        p = layouts[label]
+        for rank, op in ((0, "send"), (0, "recv"), (2, "send"), (2, "recv")):
+            assert _per_iteration(p, op, "pp", rank) == (micro, activation), (label, rank, op)
+        assert _per_iteration(p, "allreduce", "pp") == (1, 4 * table.vocab * table.dim)
+        stage_bytes = [_per_iteration(p, "allreduce", "dp", rank)[1] for rank in (0, 2)]
+        assert sum(stage_bytes) == params + 4 * table.vocab * table.dim  # the head's copy too
 
 
 def test_layouts_a_framework_or_model_cannot_run_are_refused_naming_the_split() -> None:
@@ -152,9 +178,11 @@ def test_layouts_a_framework_or_model_cannot_run_are_refused_naming_the_split() 
     assert field == "parallel" and "fsdp 4 * tp 2 = 8 does not divide the point's 4 ranks" in what
     (field, what, _), *_ = problems("torch", "lenet", {"tp": 2})
     assert field == "parallel.tp" and "no transformer blocks" in what
-    (field, what, allowed), *_ = problems("torch", "gpt_tiny", {"pp": 2})
-    assert field == "parallel.pp" and "fsdp, tp" in allowed
-    assert torch.layouts == ("fsdp", "tp")
+    (field, what, _), *_ = problems("torch", "gpt_tiny", {"pp": 2, "fsdp": 2})
+    assert field == "parallel.fsdp" and "not sharded" in what
+    (field, what, _), *_ = problems("torch", "gpt_tiny", {"pp": 4})
+    assert field == "parallel.pp" and "more stages than gpt_tiny's 2 blocks" in what
+    assert torch.layouts == ("fsdp", "tp", "pp")
     mxnet = FRAMEWORKS.get("mxnet")
     point = Point(
         framework="mxnet", backend=mxnet.backends[0], model="lenet", ranks_per_node=4, parallel=(("fsdp", 4),)

@@ -16,7 +16,7 @@ import datetime
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
     from hpcbench.frameworks.torch.exchange import Exchange
     from hpcbench.frameworks.torch.mesh import Mesh
+    from hpcbench.frameworks.torch.pipeline import Pipeline
 
 
 class TorchComm:
@@ -94,10 +95,7 @@ class TorchFramework(Framework):
     precisions = ("fp32", "tf32", "bf16", "fp16")
     optimizers = ("sgd", "momentum", "adam", "adamw")
     compile_modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-    layouts = ("fsdp", "tp")
-    layout_refusals: ClassVar[Mapping[str, str]] = {
-        "pp": "pipeline parallelism is not built into hpcbench's PyTorch adapter yet"
-    }
+    layouts = ("fsdp", "tp", "pp")
     traits: ClassVar[Mapping[str, Traits]] = {
         "gloo": Traits(grouping="buckets", sleeping_wait=True),  # DDP's buckets; gloo's waits sleep
         "nccl": Traits(grouping="buckets"),
@@ -171,10 +169,13 @@ class TorchFramework(Framework):
         groups, DDP's over the dp group, or none (every rank's data is its group's)."""
         from hpcbench.frameworks.torch.exchange import DDPExchange, Exchange
         from hpcbench.frameworks.torch.mesh import Mesh
+        from hpcbench.frameworks.torch.pipeline import Pipeline
         from hpcbench.frameworks.torch.sharded import ShardedExchange
 
         layout = point.layout
         self._mesh = Mesh(layout, renv.rank)
+        if layout.pp > 1:
+            return Pipeline(renv.size, self._mesh)
         if layout.fsdp > 1:
             return ShardedExchange(renv.size, self._mesh, layout.zero)
         if layout.dp > 1:
@@ -315,6 +316,8 @@ class TorchFramework(Framework):
         x = x.to(self.device, non_blocking=True)
         y = y.to(self.device, non_blocking=True)
         rec.mark(Phase.H2D)
+        if exchange.kind == "pipeline":
+            return self._pipeline_step(cast("Pipeline", exchange), x, y, rec)
         with self._autocast():
             loss = self._loss(self.model(x), x, y)
         rec.mark(Phase.FORWARD)
@@ -337,6 +340,19 @@ class TorchFramework(Framework):
         rec.mark(Phase.UPDATE)
         return loss.detach()
 
+    def _pipeline_step(self, pipeline: Pipeline, x: Any, y: Any, rec: Recorder) -> Any:
+        """A pipeline stage's step: the schedule marks forward and backward, then the
+        data-parallel all-reduce (comm) and the update."""
+        loss = pipeline.run(x, y, rec, self._loss, self._autocast)
+        if pipeline.ready:
+            rec.mark(Phase.COMM)
+        if pipeline.total_ns:
+            rec.add_comm(pipeline.total_ns)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        rec.mark(Phase.UPDATE)
+        return loss
+
     @contextlib.contextmanager
     def evaluating(self) -> Iterator[None]:
         import torch
@@ -353,6 +369,9 @@ class TorchFramework(Framework):
 
         xt = torch.from_numpy(x).to(self.device)
         yt = torch.from_numpy(y).to(self.device)
+        if self._exchange is not None and self._exchange.kind == "pipeline":
+            with self._autocast():
+                return cast("Pipeline", self._exchange).evaluate(xt, yt, self._loss)
         with self._autocast():
             out = self.model(xt)
             loss = float(self._loss(out, xt, yt)) * len(y)
@@ -378,7 +397,15 @@ class TorchFramework(Framework):
                 module.reshard()
         first = mesh.index("tp") == 0
         parts = []
+        stage = (
+            cast("Pipeline", self._exchange)
+            if self._exchange is not None and self._exchange.kind == "pipeline"
+            else None
+        )
+        copy = stage.tied if stage is not None and not stage.first else None
         for name, p in self.model.named_parameters():
+            if p is copy:  # the last stage's copy of the embedding table: counted on the first
+                continue
             if first or name.removeprefix("module.").removeprefix("_orig_mod.") in self._split:
                 local = p.to_local() if hasattr(p, "to_local") else p
                 parts.append(local.detach().cpu().numpy())
@@ -455,18 +482,38 @@ class TorchFramework(Framework):
 
 
 def _check_split(point: Point) -> Iterable[Problem]:
-    """A tensor-parallel split of a model: a transformer whose heads, key-value heads and MLP
-    width the degree divides."""
-    tp = point.layout.tp if point.parallel else 1
-    if tp == 1 or point.model not in zoo.NAMES:
+    """A layout's split of a model: tensor and pipeline parallelism split transformer blocks
+    (tp dividing the heads, key-value heads and MLP width; pp at most the blocks); a
+    pipeline with neither sharding nor fp16's loss scaler; no compiler with a layout."""
+    layout = point.layout
+    if not point.parallel or layout.plain:
         return
+    if point.compile is not None:
+        yield (
+            "compile",
+            "torch.compile is not applied to a parallel layout's modules here",
+            "compile unset with parallel",
+        )
+    if layout.pp > 1 and layout.fsdp > 1:
+        yield "parallel.fsdp", "a pipeline's stages are not sharded here", "fsdp 1 with pp (dp and tp combine with it)"
+    if layout.pp > 1 and point.precision == "fp16":
+        yield "precision", "fp16's loss scaler is not run through the pipeline", "fp32, bf16 with pp"
+    if (layout.tp == 1 and layout.pp == 1) or point.model not in zoo.NAMES:
+        return
+    split = "tp" if layout.tp > 1 else "pp"
     found = [layer for layer in zoo.model(point.model).layers if isinstance(layer, zoo.Block)]
     if not found:
+        names = ", ".join(zoo.TRANSFORMER_NAMES)
+        yield f"parallel.{split}", f"{point.model} has no transformer blocks to split", f"{split} with {names}"
+        return
+    if layout.pp > len(found):
         yield (
-            "parallel.tp",
-            f"{point.model} has no transformer blocks to split",
-            f"tp with {', '.join(zoo.TRANSFORMER_NAMES)}",
+            "parallel.pp",
+            f"pp {layout.pp} is more stages than {point.model}'s {len(found)} blocks",
+            f"1 to {len(found)}",
         )
+    tp = layout.tp
+    if tp == 1:
         return
     block = found[0]
     sizes = {"heads": block.attention.heads, "key-value heads": block.attention.groups, "MLP width": block.mlp.hidden}

@@ -40,6 +40,11 @@ class Mesh:
                 group = dist.new_group(list(ranks), backend=backend)
                 if rank in ranks:
                     self.groups[axis] = group
+        if layout.pp > 1:  # each pipeline's first and last ranks: a head tied to the embedding
+            for ranks in layout.groups("pp"):
+                group = dist.new_group([ranks[0], ranks[-1]], backend=backend)
+                if rank in (ranks[0], ranks[-1]):
+                    self.groups["ends"] = group
         self.replica: Any = None
         replicas = [tuple(r for r in range(layout.ranks) if layout.coords(r)["dp"] == d) for d in range(layout.dp)]
         for ranks in replicas:
