@@ -229,9 +229,18 @@ def renamed(directory: Path, name: str) -> None:
 
 def scratch_for(template: Path, scratch: Path) -> dict[str, Path]:
     """The scratch folder's sweeps and files; the placeholders' values."""
-    for name in ("runs/quickstart", "runs/transformers", "runs/scaling", "runs/old", "runs/new", "sweep"):
+    for name in (
+        "runs/quickstart",
+        "runs/transformers",
+        "runs/parallelism",
+        "runs/scaling",
+        "runs/old",
+        "runs/new",
+        "sweep",
+    ):
         shutil.copytree(template / "sweep", scratch / name)
     renamed(scratch / "runs/transformers", "transformers")  # as analysis/transformers.yaml names its sweep
+    renamed(scratch / "runs/parallelism", "parallelism")
     shutil.copytree(template / "before", scratch / "sweeps" / "before")
     shutil.copytree(template / "after", scratch / "sweeps" / "after")
     shutil.copytree(template / "before", scratch / "baseline")
