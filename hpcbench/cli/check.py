@@ -260,6 +260,8 @@ def overview(results: Results) -> str:
         )
         out += ["", f"Models refused (each framework runs the zoo's others wherever it works{transformers}):"]
         out += [f"  {refusal.text()}" for refusal in refused]
+    out += ["", "Energy sources on this host (what its ranks record in /energy):"]
+    out += [f"  {line}" for line in energy_sources()]
     out += ["", "Environments (hpcbench check --env NAME: one in detail):"]
     width = max(len(label) for label, _ in results)
     for label, result in results:
@@ -269,12 +271,21 @@ def overview(results: Results) -> str:
     return "\n".join(out)
 
 
+def energy_sources() -> list[str]:
+    """This host's energy sources, a line each: how it is read, or "absent: <why>"."""
+    from hpcbench.trace.energy import sources_here
+    from hpcbench.trace.energy.meter import powercap_root
+
+    return sources_here(powercap_root())
+
+
 def as_json(results: Results) -> dict[str, object]:
     """The one table, the models refused and each environment's report, as JSON."""
     return {
         "version": JSON_VERSION,
         "rows": [row.as_json() for row in rows(results)],
         "models": [refusal.as_json() for refusal in refusals(results)],
+        "energy": energy_sources(),
         "environments": {
             label: {"error": result, "report": None} if isinstance(result, str) else {"error": None, "report": result}
             for label, result in results

@@ -68,10 +68,10 @@ def test_every_layout_ranked_those_that_fit_first(tmp_path: Path) -> None:
         fitting = [float(row[2].replace(",", "")) for row in rows if "out of memory" not in row[-1]]
         assert fitting == sorted(fitting, reverse=True)  # the most tokens/s first
         assert all(float(row[3]) > 8 for row in rows if "out of memory" in row[-1])
-    rows = list(csv.DictReader((tmp_path / "layouts.csv").open(encoding="utf-8")))
-    assert {"layout", "t_iter_s", "tokens_per_s", "memory_gib", "fits"} <= set(rows[0])
-    assert {int(r["ranks"]) for r in rows} == {4, 8}
-    assert all(int(r["dp"]) * int(r["fsdp"]) * int(r["tp"]) * int(r["pp"]) == int(r["ranks"]) for r in rows)
+    records = list(csv.DictReader((tmp_path / "layouts.csv").open(encoding="utf-8")))
+    assert {"layout", "t_iter_s", "tokens_per_s", "memory_gib", "fits"} <= set(records[0])
+    assert {int(r["ranks"]) for r in records} == {4, 8}
+    assert all(int(r["dp"]) * int(r["fsdp"]) * int(r["tp"]) * int(r["pp"]) == int(r["ranks"]) for r in records)
 
 
 def test_a_measured_rank_and_chosen_layouts(tmp_path: Path) -> None:

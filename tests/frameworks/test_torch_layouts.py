@@ -22,7 +22,7 @@ from hpcbench.workloads import zoo
 from tests.conftest import run_sweep
 
 BATCH, SEQ = 4, 32
-LAYOUTS = {  # label: (ranks, parallel)
+LAYOUTS: dict[str, tuple[int, dict[str, int | str]]] = {  # label: (ranks, parallel)
     "dp2": (2, {}),
     "dp4": (4, {}),
     "fsdp4": (4, {"fsdp": 4}),
@@ -67,7 +67,7 @@ def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PointData]:
     return found
 
 
-def _matches(point: Point, ranks: int, parallel: dict[str, int]) -> bool:
+def _matches(point: Point, ranks: int, parallel: dict[str, int | str]) -> bool:
     return point.ranks == ranks and dict(point.parallel) == parallel
 
 

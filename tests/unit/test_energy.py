@@ -371,3 +371,22 @@ def test_energy_modules_run_on_python_3_9() -> None:
     for path in sorted((PACKAGE / "trace" / "energy").glob("*.py")):
         tree = ast.parse(path.read_text(), str(path), feature_version=(3, 9))
         assert problems(tree) == [], path
+
+
+def test_check_lists_this_hosts_sources_in_its_table_and_json(
+    two_packages: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`hpcbench check` names each energy source of the host (here a FAKE powercap tree, and
+    NVML as this machine has it: absent without a GPU), in its table and its JSON alike."""
+    from hpcbench.cli import check
+    from hpcbench.trace.energy.meter import ROOT_VARIABLE
+
+    monkeypatch.setenv(ROOT_VARIABLE, str(two_packages))
+    lines = check.energy_sources()
+    assert lines[0] == "rapl: package-0, dram-0, package-1, dram-1 (readable)"
+    assert all(line.startswith("nvml energy: ") for line in lines[1:]) and lines[1:]
+    results: list[tuple[str, str]] = [(".venv", "not built: bash envs/setup.sh")]
+    text = check.overview(results)  # type: ignore[arg-type]
+    block = text.split("Energy sources on this host (what its ranks record in /energy):\n", 1)[1].split("\n\n", 1)[0]
+    assert block.splitlines() == [f"  {line}" for line in lines]
+    assert check.as_json(results)["energy"] == lines  # type: ignore[arg-type]
