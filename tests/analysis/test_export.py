@@ -297,7 +297,7 @@ def test_formats_chosen_by_repeats_and_comma_lists(sweep: Path, tmp_path: Path) 
     assert cli.main([str(sweep), "--format", "json", "-f", "mllog", "-o", str(out)], io.StringIO()) == 0
     assert sorted(p.name for p in out.iterdir()) == ["mllog", "summary.json"]
     assert cli.main([str(sweep), "--format", "parquet,json", "-o", str(tmp_path / "two")], io.StringIO()) == 0
-    assert sorted(p.suffix for p in (tmp_path / "two").iterdir()) == [".json"] + [".parquet"] * 6
+    assert sorted(p.suffix for p in (tmp_path / "two").iterdir()) == [".json"] + [".parquet"] * 7
 
 
 def test_default_output_is_inside_the_sweep(sweep: Path, tmp_path: Path) -> None:

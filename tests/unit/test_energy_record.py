@@ -95,6 +95,15 @@ def test_a_real_run_reads_a_fake_powercap_tree_at_the_loop_edges(
     res = run_module("hpcbench.analyze", str(out))
     assert res.returncode == 0, res.stderr
     assert "J/sample" in res.stdout and "energy: not measured" not in res.stdout
+    if writer == "gather":  # the raw readings exported as they are in the file (once: the writers agree above)
+        import pyarrow.parquet as pq
+
+        res = run_module("hpcbench", "export", str(out), "--format", "parquet", "-o", str(tmp_path / "export"))
+        assert res.returncode == 0, res.stderr
+        table = pq.read_table(tmp_path / "export" / "energy.parquet").to_pydict()
+        assert table["microjoules"] == rows["microjoules"].tolist()
+        assert table["domain"] == [d.decode() for d in rows["domain"]] and set(table["point"]) == {p.point_id}
+        assert table["t_ns"] == [round(t * 1e9) for t in rows["t"]]
 
 
 # --------------------------------------------------------------------------------- the meter

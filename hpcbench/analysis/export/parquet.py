@@ -32,6 +32,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
     "messages": schemas.MESSAGES,
     "resources": schemas.RESOURCES,
     "evaluations": schemas.EVALUATIONS,
+    "energy": schemas.ENERGY,
     "ranks": schemas.RANKS,
 }
 FILES = tuple(f"{name}.parquet" for name in TABLES)
@@ -41,6 +42,7 @@ _CHUNKS: dict[str, Callable[[PointData], Iterator[Any]]] = {
     "messages": schemas.message_chunks,
     "resources": schemas.resource_chunks,
     "evaluations": schemas.evaluation_chunks,
+    "energy": schemas.energy_chunks,
     "ranks": schemas.rank_chunks,
 }
 

@@ -115,6 +115,21 @@ EVALUATIONS = (
     Column("peak_host_bytes", pa.int64(), "bytes", "the process's peak resident set so far", "delta"),
 )
 
+ENERGY = (
+    POINT,
+    RANK,
+    Column("t_ns", pa.int64(), "ns", f"time of the reading (between steps), {_SINCE_EPOCH}", "delta"),
+    Column("source", STRING, "", "rapl | nvml-counter | nvml-power", "dictionary"),
+    Column("domain", STRING, "", "the counter read: package-0, dram-0, psys, gpu-0, ...", "dictionary"),
+    Column(
+        "microjoules",
+        pa.int64(),
+        "uJ",
+        "cumulative since the source's own origin: differences of one counter only",
+        "delta",
+    ),
+)
+
 RANKS = (
     POINT,
     RANK,
@@ -131,6 +146,7 @@ SOURCES = {
     "messages": schema.COMM_DTYPE,
     "resources": schema.RESOURCE_DTYPE,
     "evaluations": schema.EVAL_DTYPE,
+    "energy": schema.ENERGY_DTYPE,
     "ranks": schema.RANK_DTYPE,
 }
 
@@ -199,6 +215,15 @@ def _resource_columns(rows: np.ndarray) -> dict[str, Any]:
 
 def resource_chunks(p: PointData) -> Iterator[Any]:
     return _rank_rows(p, p.resources, RESOURCES, _resource_columns)
+
+
+def energy_chunks(p: PointData) -> Iterator[Any]:
+    return _rank_rows(p, p.energy, ENERGY, lambda rows: {
+        "t_ns": nanoseconds(rows["t"]),
+        "source": strings(rows["source"]),
+        "domain": strings(rows["domain"]),
+        "microjoules": ints(rows["microjoules"], np.int64),
+    })  # fmt: skip
 
 
 def evaluation_chunks(p: PointData) -> Iterator[Any]:

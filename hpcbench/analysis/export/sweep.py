@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 FORMATS = ("parquet", "mllog", "json")
 # parquet.FILES, known here without importing pyarrow (mllog and json do without it)
-PARQUET_TABLES = ("points", "iterations", "messages", "resources", "evaluations", "ranks")
+PARQUET_TABLES = ("points", "iterations", "messages", "resources", "evaluations", "energy", "ranks")
 PARQUET_FILES = tuple(f"{name}.parquet" for name in PARQUET_TABLES)
 SUMMARY = "summary.json"
 DEFAULT_OUT = "export"  # inside the sweep directory
