@@ -122,7 +122,10 @@ def _from_file(target: Path, nodes: list[int] | None, out: TextIO, with_layouts:
     if with_layouts:
         return _layouts(spec, out)
     table = forecast.forecast(spec)
-    print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node, "
+    driven = "" if spec.devices_per_rank == 1 else (
+        f" driving {spec.devices_per_rank} devices each (batch per device; host work {spec.host_s * 1e3:.2f} ms per "
+        "device, done in turn)")  # fmt: skip
+    print(f"{spec.name}: batch {spec.batch_size} per rank, {spec.ranks_per_node} ranks per node{driven}, "
           f"{spec.algorithm} all-reduce", file=out)  # fmt: skip
     for note in spec.link_notes:
         print(f"link {note}", file=out)
@@ -134,14 +137,15 @@ def _published(table: published.Table, out: TextIO) -> pd.DataFrame:
     print(f"{table.name}: {table.metric}; {table.source}", file=out)
     rows = [["column", "GPUs", "nodes x GPUs", "published", "predicted", "error"]]
     for c in table.cells:
-        rows.append([c.column, str(c.gpus), f"{c.nodes} x {c.ranks_per_node}", f"{c.published:,.1f}",
+        rows.append([c.column, str(c.gpus), f"{c.nodes} x {c.gpus_per_node}", f"{c.published:,.1f}",
                      f"{c.predicted:,.1f}", f"{c.error:+.1%}"])  # fmt: skip
     print(textable.render(rows, right=True), file=out)
     print(f"mean |error| {table.mean_abs_error:.1%}, max |error| {table.max_abs_error:.1%} "
           f"over {len(table.cells)} cells (each column's first cell is its input)", file=out)  # fmt: skip
     return pd.DataFrame(
         [{"column": c.column, "gpus": c.gpus, "nodes": c.nodes, "ranks_per_node": c.ranks_per_node,
-          "published": c.published, "predicted": c.predicted, "error": c.error} for c in table.cells]
+          "devices_per_rank": c.devices_per_rank, "published": c.published, "predicted": c.predicted,
+          "error": c.error} for c in table.cells]
     )  # fmt: skip
 
 

@@ -169,3 +169,21 @@ def test_an_efficiency_above_100_percent_is_printed_with_why(tmp_path: Path) -> 
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert [line for line in lines if line.startswith("efficiency above 100 %")] == table["note"].tolist()
+
+
+def test_one_process_driving_several_devices(tmp_path: Path) -> None:
+    """`devices_per_rank` and `host`: one process of 4 devices per node, its host work per device
+    (2 ms) done in turn: 3 x 2 ms on top of the step; the CSV says devices and that time."""
+    spec = tmp_path / "four.yaml"
+    raw = {**TWO_LAYERS, "ranks_per_node": 1, "devices_per_rank": 4, "host": {"seconds": 0.002}, "nodes": [1]}
+    spec.write_text(yaml.safe_dump(raw))
+    out = tmp_path / "four.csv"
+    res = run_module("hpcbench", "predict", str(spec), "--csv", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "1 ranks per node driving 4 devices each (batch per device; host work 2.00 ms per device" in res.stdout
+    (row,) = list(csv.DictReader(io.StringIO(out.read_text())))
+    exposed = max(0.020 + ring(1e6, 4, 1e-5, 1e-10), 0.030) + ring(4e6, 4, 1e-5, 1e-10) - 0.030
+    assert float(row["t_iter_s"]) == pytest.approx(0.050 + exposed + 3 * 0.002)
+    assert (row["ranks"], row["devices"]) == ("1", "4")
+    assert float(row["host_serial_s"]) == pytest.approx(0.006)
+    assert float(row["throughput"]) == pytest.approx(4 * 32 / float(row["t_iter_s"]))

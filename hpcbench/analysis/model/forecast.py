@@ -1,13 +1,17 @@
 """Predictions without a trace (`hpcbench predict FILE.yaml`) and beyond a measured sweep
 (`hpcbench predict SWEEP_DIR --nodes 8,16,32`).
 
-For each node count: p = nodes × ranks_per_node ranks; every message costs the all-reduce of
-its bytes on that machine (collectives.py: the spec's algorithm on its two levels; an MPI
-library's own choice per message, mpi_rules.py, over the slowest level; or the
-published fit of the nearest rank count when the level is given as fits); messages are
-grouped and scheduled as the exchange says (exchange.py); t_iter = data + h2d + forward +
-backward + exposed communication + update, with overlap (wait-free back-propagation) and
-without. Efficiency is X(N) / (N·X(1)), X(1) the single rank's throughput.
+For each node count: p = nodes × ranks_per_node ranks, each driving devices_per_rank devices
+(d, default 1); the all-reduce runs over the p·d devices, nodes × ranks_per_node·d of them per
+node. Every message costs the all-reduce of its bytes on that machine (collectives.py: the
+spec's algorithm on its two levels; an MPI library's own choice per message, mpi_rules.py,
+over the slowest level; or the published fit of the nearest rank count when the level is
+given as fits); messages are grouped and scheduled as the exchange says (exchange.py);
+t_iter = data + h2d + forward + backward + exposed communication + update + (d − 1)·h, h the
+host work per device that one process does for each of its devices in turn
+(iteration.serialised_host), with overlap (wait-free back-propagation) and without.
+Efficiency is X(N) / (N·X(1)), N the devices, X(1) one device's throughput driven by a
+process of its own.
 """
 
 from __future__ import annotations
@@ -25,13 +29,14 @@ from hpcbench.analysis.model import exchange as ex
 from hpcbench.analysis.model import mpi_rules, predict
 from hpcbench.analysis.model.calibrated import Calibration
 from hpcbench.analysis.model.forecast_spec import ForecastSpec, Level
-from hpcbench.analysis.model.iteration import IterationPrediction, Layer, PhaseTimes
+from hpcbench.analysis.model.iteration import IterationPrediction, Layer, PhaseTimes, serialised_host
 from hpcbench.analysis.placement import Placement, placement_of, pollers
 from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["nodes", "ranks", "t_iter_s", "throughput", "efficiency", "exposed_comm_s"]
-MORE = ["t_iter_no_overlap_s", "throughput_no_overlap", "efficiency_no_overlap", "comm_total_s", "messages"]
+MORE = ["t_iter_no_overlap_s", "throughput_no_overlap", "efficiency_no_overlap", "comm_total_s", "messages",
+        "devices", "host_serial_s"]  # fmt: skip
 EFFICIENCY_ROUNDING = 1e-9  # an efficiency this little above 1 is the same t_iter, rounded
 
 
@@ -46,8 +51,10 @@ def _fit_cost(level: Level, p: int) -> co.MessageCost:
 
 
 def message_cost(spec: ForecastSpec, nodes: int) -> ex.Cost:
-    """Seconds of one all-reduce of n bytes on `nodes` nodes of the spec's machine."""
-    p = nodes * spec.ranks_per_node
+    """Seconds of one all-reduce of n bytes on `nodes` nodes of the spec's machine, over every
+    device (the devices of one process exchange over the intra-node level like ranks do)."""
+    per_node = spec.devices_per_node
+    p = nodes * per_node
     if p == 1:
         return lambda n: 0.0
     level = spec.inter if nodes > 1 else spec.intra
@@ -55,17 +62,17 @@ def message_cost(spec: ForecastSpec, nodes: int) -> ex.Cost:
         fit = _fit_cost(level, p)
         return fit.time
     zero = co.LinkCost(0.0, 0.0)
-    topo = co.Topology(nodes, spec.ranks_per_node, spec.intra.link or zero, spec.inter.link or zero, spec.nics_per_node)
+    topo = co.Topology(nodes, per_node, spec.intra.link or zero, spec.inter.link or zero, spec.nics_per_node)
     if spec.algorithm in mpi_rules.RULES:  # a flat algorithm per message, as the library picks it
         return lambda n: mpi_rules.cost(spec.algorithm, n, p, topo.slowest)
     return lambda n: co.allreduce(n, topo, spec.algorithm)
 
 
 def _t_iter(
-    phases: PhaseTimes, layers: Sequence[Layer], cost: ex.Cost, exchange: ex.Exchange
+    phases: PhaseTimes, layers: Sequence[Layer], cost: ex.Cost, exchange: ex.Exchange, host_serial: float = 0.0
 ) -> tuple[float, ex.Schedule]:
     s = ex.schedule(layers, cost, exchange)
-    compute = phases.data + phases.h2d + phases.forward + s.backward + phases.update
+    compute = phases.data + phases.h2d + phases.forward + s.backward + phases.update + host_serial
     return compute + s.exposed, s
 
 
@@ -77,17 +84,19 @@ def forecast(spec: ForecastSpec) -> pd.DataFrame:
         spec.exchange.fusion_bytes, spec.exchange.first_bucket_bytes, spec.exchange.cycle_s, False
     )
     rows = []
+    host = serialised_host(spec.host_s, spec.devices_per_rank)
     for nodes in spec.nodes:
         ranks = nodes * spec.ranks_per_node
+        devices = ranks * spec.devices_per_rank
         cost = message_cost(spec, nodes)
-        t, s = _t_iter(spec.phases, spec.layers, cost, spec.exchange)
-        t_serial, _ = _t_iter(spec.phases, spec.layers, cost, serial_exchange)
-        x, x_serial = ranks * spec.batch_size / t, ranks * spec.batch_size / t_serial
+        t, s = _t_iter(spec.phases, spec.layers, cost, spec.exchange, host)
+        t_serial, _ = _t_iter(spec.phases, spec.layers, cost, serial_exchange, host)
+        x, x_serial = devices * spec.batch_size / t, devices * spec.batch_size / t_serial
         rows.append({
-            "nodes": nodes, "ranks": ranks, "t_iter_s": t, "throughput": x, "efficiency": x / (ranks * x1),
+            "nodes": nodes, "ranks": ranks, "t_iter_s": t, "throughput": x, "efficiency": x / (devices * x1),
             "exposed_comm_s": s.exposed, "t_iter_no_overlap_s": t_serial, "throughput_no_overlap": x_serial,
-            "efficiency_no_overlap": x_serial / (ranks * x1), "comm_total_s": s.comm_total,
-            "messages": len(s.messages),
+            "efficiency_no_overlap": x_serial / (devices * x1), "comm_total_s": s.comm_total,
+            "messages": len(s.messages), "devices": devices, "host_serial_s": host,
         })  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS + MORE)
 

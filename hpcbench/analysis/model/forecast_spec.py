@@ -9,6 +9,9 @@
     # single_rank: {phases: {data: 0, h2d: 0, forward: 0.08, backward: 0.16, update: 0.01}}  (seconds)
     forward_backward_ratio: 0.5      # forward / backward, to split a throughput (default 0.5, 1:2)
     ranks_per_node: 4
+    # devices_per_rank: 8            # one process drives 8 devices (default 1); batch_size is then per device
+    # host: {per_sample_us: 16}      # its host work per device and step, serialised over the devices:
+    #                                # {seconds: ..} | {fraction: ..} of one device's step | {per_sample_us: ..}
     nodes: [1, 2, 4, 8]
     links:
       intra: {bandwidth_gbps: 100, latency_us: 5}    # or {alpha_s: .., beta_s_per_byte: ..}
@@ -54,7 +57,7 @@ from hpcbench.analysis.model import linkfit as calibration
 from hpcbench.analysis.model import mpi_rules
 from hpcbench.analysis.model.collectives import ALGORITHMS, LinkCost, MessageCost, link_from_rate
 from hpcbench.analysis.model.exchange import Exchange
-from hpcbench.analysis.model.iteration import Layer, PhaseTimes
+from hpcbench.analysis.model.iteration import HostWork, Layer, PhaseTimes
 from hpcbench.analysis.model.layouts import (
     SCHEDULES,
     LayoutError,
@@ -74,7 +77,8 @@ from hpcbench.workloads.flops import model_flops
 
 KEYS = ("model", "layers", "batch_size", "single_rank", "forward_backward_ratio", "ranks_per_node", "nodes",
         "links", "exchange", "name", "seq_len", "precision", "optimizer", "device_memory_gb", "peak_tflops",
-        "device", "efficiency", "flash_attention", "layouts")  # fmt: skip
+        "device", "efficiency", "flash_attention", "layouts", "devices_per_rank", "host")  # fmt: skip
+HOST_KEYS = ("seconds", "fraction", "per_sample_us")
 PHASE_KEYS = ("data", "h2d", "forward", "backward", "update")
 LAYOUT_KEYS = ("microbatches", "schedules", "only")
 DEFAULT_EFFICIENCY = 0.5
@@ -117,6 +121,13 @@ class ForecastSpec:
     microbatches: int | None = None  # the pipeline's micro-batches (None: layouts.default_microbatches)
     schedules: tuple[str, ...] = ("1f1b",)
     only: tuple[Layout, ...] = ()  # the layouts to predict (dp filled per node count); (): all
+    devices_per_rank: int = 1  # devices one process drives (batch_size is per device)
+    host: HostWork = field(default_factory=HostWork)  # its host work per device and step, as given
+    host_s: float = 0.0  # that work in seconds (host.per_device of one device's step)
+
+    @property
+    def devices_per_node(self) -> int:
+        return self.ranks_per_node * self.devices_per_rank
 
 
 def _number(path: str, value: Any, minimum: float = 0.0, strict: bool = False) -> float:
@@ -264,6 +275,25 @@ def _from_commbench(raw: Any, base: Path | None) -> dict[str, calibration.LinkFi
         raise SpecError("links.from_commbench", str(exc), "files of `hpcbench commbench -o FILE`") from None
 
 
+def _host(raw: Any) -> HostWork:
+    """`host: {seconds: S} | {fraction: F} | {per_sample_us: U}`: one process's host work per device and step."""
+    allowed = "one of seconds: S (per device and step), fraction: F (of one device's step, < 1), per_sample_us: U"
+    if raw is None:
+        return HostWork()
+    m = _mapping("host", raw, HOST_KEYS)
+    if len(m) != 1:
+        raise SpecError("host", f"{dict(m)!r} does not give exactly one form", allowed)
+    key, value = next(iter(m.items()))
+    number = _number(f"host.{key}", value)
+    if key == "fraction" and number >= 1:
+        raise SpecError("host.fraction", f"{value!r} is the whole step or more", "a number >= 0 and < 1")
+    if key == "seconds":
+        return HostWork(seconds=number)
+    if key == "fraction":
+        return HostWork(fraction=number)
+    return HostWork(per_sample_s=number * 1e-6)
+
+
 def _one_of(key: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise SpecError(key, f"{value!r} is not one of them", ", ".join(allowed))
@@ -392,6 +422,8 @@ def parse(text: str, base: Path | None = None) -> ForecastSpec:
     assert intra is not None
     assert inter is not None
     exchange, algorithm = _exchange(raw.get("exchange"))
+    host = _host(raw.get("host"))
+    device_step = phases.data + phases.h2d + phases.forward + backward + phases.update
     return ForecastSpec(
         name=str(raw.get("name", label)), layers=layers, phases=phases, batch_size=batch,
         ranks_per_node=_count("ranks_per_node", raw.get("ranks_per_node", 1)), nodes=counts, intra=intra,
@@ -401,6 +433,8 @@ def parse(text: str, base: Path | None = None) -> ForecastSpec:
         optimizer=optimizer, device_memory_gb=memory_gb, peak_flops=peak, peak_source=peak_source,
         efficiency=efficiency, single_rank_s=_single_rank_s(raw, phases, backward), flash_attention=flash,
         microbatches=microbatches, schedules=schedules, only=only,
+        devices_per_rank=_count("devices_per_rank", raw.get("devices_per_rank", 1)), host=host,
+        host_s=host.per_device(device_step, batch),
     )  # fmt: skip
 
 

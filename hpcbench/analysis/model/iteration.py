@@ -37,6 +37,47 @@ class Layer:
 
 
 # --------------------------------------------------------------------------------------
+# One process driving several devices
+
+
+@dataclass(frozen=True)
+class HostWork:
+    """A process's host work for one device in one step (graph dispatch, kernel launches, the
+    variable update's bookkeeping), in one of three forms, the others 0: `seconds` as given,
+    `fraction` of one device's step, or `per_sample_s` for each of the device's samples."""
+
+    seconds: float = 0.0
+    fraction: float = 0.0
+    per_sample_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("seconds", "fraction", "per_sample_s"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ModelError(f"host work {name}: {value!r} is not a non-negative number")
+        if self.fraction >= 1:
+            raise ModelError(f"host work fraction {self.fraction!r}: the host cannot take the whole step or more")
+
+    def per_device(self, device_step_s: float, batch_size: int) -> float:
+        """h = seconds + fraction · t₁ + per_sample_s · b, t₁ one device's step of b samples."""
+        return self.seconds + self.fraction * device_step_s + self.per_sample_s * batch_size
+
+
+def serialised_host(host_s: float, devices: int) -> float:
+    """The step's time added when one process drives `devices` devices: (d − 1)·h.
+
+    The process does each device's host work h in turn, while the devices compute in parallel;
+    device i starts its step (i − 1)·h after the first, so the last one, whose gradients every
+    exchange waits for, ends (d − 1)·h after one device alone would (one device's step t₁
+    already holds its own h)."""
+    if devices < 1:
+        raise ModelError(f"devices per rank must be >= 1, got {devices}")
+    if not (math.isfinite(host_s) and host_s >= 0):
+        raise ModelError(f"host work {host_s!r} s is not a non-negative time")
+    return (devices - 1) * host_s
+
+
+# --------------------------------------------------------------------------------------
 # Wait-free back-propagation
 
 
@@ -196,6 +237,7 @@ def efficiency(prediction: IterationPrediction, single: IterationPrediction) -> 
 
 
 __all__ = [
+    "HostWork",
     "IterationPrediction",
     "Layer",
     "LinkCost",
@@ -206,5 +248,6 @@ __all__ = [
     "efficiency",
     "message_times",
     "predict_iteration",
+    "serialised_host",
     "wfbp",
 ]

@@ -1,15 +1,19 @@
 """Published scaling tables, each with its source and stated set-up, and the model's error on them.
 
 Each `*.yaml` beside this module is one table: `source`, `setup`, `metric`, `model_inputs`
-(what the prediction takes beyond the source: documented constants only), `gpus_per_node`,
+(what the prediction takes beyond the source: documented constants, and any constant the
+table sets for every column, with the cells it was set on), `gpus_per_node`,
 `defaults` (keys of a prediction file shared by the columns) and `columns`, each with its
 `published` cells (GPUs: value, exactly as published) and the `predict` keys of its own.
 
 Every cell is predicted through the same path as `hpcbench predict FILE.yaml`
-(forecast_spec.parse, then forecast.forecast) from the column's first cell (the single rank's
-throughput, as the table gives it) and the documented constants; nothing is tuned per cell.
-A cell of g GPUs runs on ⌈g / gpus_per_node⌉ nodes of g / nodes GPUs. Its error is
-predicted / published − 1; the first cell is the input, so it is not counted.
+(forecast_spec.parse, then forecast.forecast) from the column's first cell (one GPU's
+throughput, as the table gives it) and those constants; nothing is tuned per cell.
+A cell of g GPUs runs on ⌈g / gpus_per_node⌉ nodes of g / nodes GPUs, one process per GPU; where
+the `predict` keys set `devices_per_rank: D` (one process drives up to D GPUs, as TensorFlow's
+single-process modes do), a node's G GPUs of the cell are driven by G / min(D, G) processes
+of min(D, G) GPUs each. Its error is predicted / published − 1; the first cell is the input,
+so it is not counted.
 """
 
 from __future__ import annotations
@@ -35,9 +39,14 @@ class Cell:
     column: str
     gpus: int
     nodes: int
-    ranks_per_node: int
+    ranks_per_node: int  # processes per node
     published: float
     predicted: float
+    devices_per_rank: int = 1  # GPUs each process drives
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.ranks_per_node * self.devices_per_rank
 
     @property
     def error(self) -> float:
@@ -115,13 +124,26 @@ def _placement(gpus: int, per_node: int) -> tuple[int, int]:
     return nodes, gpus // nodes
 
 
+def _devices_per_rank(spec: Mapping[str, Any], per: int) -> int:
+    """GPUs per process on a node of `per` GPUs: min(D, per) for the spec's `devices_per_rank` D."""
+    d = spec.get("devices_per_rank", 1)
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise SpecError("devices_per_rank", f"{d!r} is not a positive integer", "integers >= 1")
+    d = min(d, per)
+    if per % d:
+        raise SpecError("devices_per_rank", f"{per} GPUs of a node do not make processes of {d}", "a divisor layout")
+    return d
+
+
 def predict_cell(spec: Mapping[str, Any], first: tuple[int, float], gpus: int, per_node: int) -> tuple[int, int, float]:
     """(nodes, ranks per node, predicted total throughput) of one cell, through `hpcbench predict`'s path."""
     nodes, per = _placement(gpus, per_node)
-    one_gpu = first[1] / first[0]  # the first cell's throughput per GPU is the single rank's
-    raw = {**spec, "single_rank": {"throughput": one_gpu}, "nodes": [nodes], "ranks_per_node": per}
+    devices = _devices_per_rank(spec, per)
+    one_gpu = first[1] / first[0]  # the first cell's throughput per GPU is one GPU's, driven alone
+    raw = {**spec, "single_rank": {"throughput": one_gpu}, "nodes": [nodes], "ranks_per_node": per // devices,
+           "devices_per_rank": devices}  # fmt: skip
     table = forecast.forecast(forecast_spec.parse(yaml.safe_dump(raw)))
-    return nodes, per, float(table["throughput"].iloc[0])
+    return nodes, per // devices, float(table["throughput"].iloc[0])
 
 
 def evaluate(raw: Mapping[str, Any]) -> Table:
@@ -147,7 +169,8 @@ def evaluate(raw: Mapping[str, Any]) -> Table:
                 nodes, per, predicted = predict_cell(spec, published[0], gpus, per_node)
             except SpecError as exc:
                 raise SpecError(f"columns.{column}.predict.{exc.path}", exc.problem, exc.allowed) from None
-            cells.append(Cell(str(column), gpus, nodes, per, value, predicted))
+            devices = _devices_per_rank(spec, _placement(gpus, per_node)[1])
+            cells.append(Cell(str(column), gpus, nodes, per, value, predicted, devices))
     name = str(raw.get("name", "published table"))
     return Table(name, _text(raw, "source"), _text(raw, "setup"), _text(raw, "metric"), tuple(cells))
 
