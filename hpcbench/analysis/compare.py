@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcbench.analysis import metrics, tables
+from hpcbench.analysis import energy, metrics, tables
 from hpcbench.analysis.stats import MIN_TIMED
 from hpcbench.errors import SpecError
 from hpcbench.spec import DEFAULTS, FIELD_NAMES, Point
@@ -54,20 +54,29 @@ class Metric:
     unit: str
     higher_is_better: bool
 
-    def of(self, t_iter: Any, ranks: int, batch_size: int, tokens: int = 0) -> Any:
+    def of(self, t_iter: Any, ranks: int, batch_size: int, tokens: int = 0, watts: float = math.nan) -> Any:
         """The metric from t_iter (seconds; a float or an array of them); `tokens` per sample
-        (a sequence model's; 0: tokens/s is undefined, NaN)."""
+        (a sequence model's; 0: tokens/s is undefined, NaN); `watts` the point's power over its
+        timed window (NaN: not measured): energy per sample = watts * t_iter / samples an iteration."""
         if self.name == "t_iter":
             return t_iter
-        per_sample = 1 if self.name == "throughput" else (tokens or np.nan)
+        per_sample = 1 if self.name in ("throughput", "energy_per_sample_j") else (tokens or np.nan)
+        samples = ranks * batch_size * per_sample
+        t = np.asarray(t_iter)
+        if self.name.startswith("energy_"):
+            return watts * t / samples
         with np.errstate(divide="ignore"):
-            return np.where(np.asarray(t_iter) > 0, ranks * batch_size * per_sample / np.asarray(t_iter), np.nan)
+            return np.where(t > 0, samples / t, np.nan)
 
 
 METRICS = {
     "throughput": Metric("throughput", "samples/s", higher_is_better=True),
     "tokens_per_s": Metric("tokens_per_s", "tokens/s", higher_is_better=True),
     "t_iter": Metric("t_iter", "s", higher_is_better=False),
+    # the power over the timed window times the resampled step: the interval is time's (the
+    # counters are read between steps, not per step, so power has no spread of its own here)
+    "energy_per_sample_j": Metric("energy_per_sample_j", "J/sample", higher_is_better=False),
+    "energy_per_token_j": Metric("energy_per_token_j", "J/token", higher_is_better=False),
 }
 
 
@@ -86,9 +95,10 @@ class Run:
     ranks: int
     batch_size: int
     tokens: int = 0  # per sample (provenance `tokens_per_sample`)
+    watts: float = math.nan  # power over the timed window (analysis/energy.py `watts`)
 
     def value(self, metric: Metric) -> float:
-        return float(metric.of(float(np.median(self.steps)), self.ranks, self.batch_size, self.tokens))
+        return float(metric.of(float(np.median(self.steps)), self.ranks, self.batch_size, self.tokens, self.watts))
 
 
 @dataclass
@@ -216,7 +226,7 @@ def configurations(points: Sequence[PointData], ignored: Sequence[str]) -> tuple
         config = found.setdefault(reset.id, Configuration(reset.id, reset))
         tokens = int(p.provenance.get("tokens_per_sample") or 0)
         ranks = metrics.data_ranks(p.point, int(p.iterations.shape[0]))  # a batch each
-        config.runs.append(Run(p.point_id, steps, ranks, p.point.batch_size, tokens))
+        config.runs.append(Run(p.point_id, steps, ranks, p.point.batch_size, tokens, energy.watts(p)))
         for name in ignored:
             if name != "seed":
                 config.pooled.setdefault(name, set()).add(json.dumps(getattr(p.point, name)))
@@ -248,7 +258,8 @@ def replicates(runs: Sequence[Run], metric: Metric, rng: np.random.Generator, n_
     values = np.empty(n_boot * k)
     for j, run in enumerate(runs):
         slots = np.flatnonzero(draws == j)
-        values[slots] = metric.of(resampled_medians(run.steps, slots.size, rng), run.ranks, run.batch_size, run.tokens)
+        medians = resampled_medians(run.steps, slots.size, rng)
+        values[slots] = metric.of(medians, run.ranks, run.batch_size, run.tokens, run.watts)
     return np.asarray(values.reshape(n_boot, k).mean(axis=1))
 
 

@@ -167,6 +167,15 @@ def row(p: PointData) -> dict[str, Any]:
     return out
 
 
+def watts(p: PointData) -> float:
+    """The point's power over its timed window: Σ of the counted counters' (packages, DRAM,
+    GPUs; psys without a package) joules / seconds; NaN where `row` leaves energy blank."""
+    found = counters(p)
+    if not found or not all(c.window.trustworthy for c in found):
+        return math.nan
+    return float(sum(c.window.watts for c in _counted(found)))
+
+
 def add(table: pd.DataFrame, points: Sequence[PointData]) -> pd.DataFrame:
     """`table` (one row per point, a `point` column) with the energy columns."""
     if table.empty:

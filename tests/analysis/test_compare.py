@@ -342,7 +342,8 @@ def test_a_real_subprocess_exits_1_and_writes_the_file(sweeps: dict[str, Path], 
         (["{base}", "{running}"], "NEW_DIR: {running}: no complete point files"),
         (
             ["{base}", "{base}", "--metric", "speed"],
-            "--metric: unknown metric 'speed' (allowed: throughput, tokens_per_s, t_iter)",
+            "--metric: unknown metric 'speed' (allowed: throughput, tokens_per_s, t_iter, "
+            "energy_per_sample_j, energy_per_token_j)",
         ),
         (["{base}", "{base}", "--threshold", "-3"], "--threshold: -3 is not a percentage >= 0"),
         (["{base}", "{base}", "--threshold", "lots"], "--threshold: 'lots' is not a number"),

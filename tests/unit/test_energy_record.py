@@ -259,3 +259,20 @@ def test_the_report_has_an_energy_section_or_one_note_why_not(tmp_path: Path) ->
     said = [n for n in html.notes(without) if "energy" in n]
     assert said == ["energy: not measured: no energy source was read: rapl: absent: no /x; nvml: absent: y"]
     assert "- note: energy: not measured" in html.render_markdown(without, [])
+
+
+def test_compare_on_energy_per_sample_is_power_times_the_step(tmp_path: Path) -> None:
+    """`compare --metric energy_per_sample_j`: the point's power over its timed window (720 J
+    in 3 s) times its step (1 s) per sample of an iteration (2 ranks x 8): the same 15 J as the
+    analysis' energy / samples when every step is alike; undefined without energy."""
+    from hpcbench.analysis import compare
+
+    p = fabricated(tmp_path / "p.h5", known_joules())
+    without = fabricated(tmp_path / "without.h5", None, energy_sources=[{"rapl": "absent: no /x", "nvml": "absent: y"}])
+    assert energy.watts(p) == pytest.approx(240.0) and math.isnan(energy.watts(without))
+    (config,) = compare.configurations([p], list(compare.IGNORED_FIELDS))[0].values()
+    metric = compare.metric_named("energy_per_sample_j")
+    assert config.runs[0].value(metric) == pytest.approx(15.0) == pytest.approx(energy.row(p)["energy_per_sample_j"])
+    assert not metric.higher_is_better
+    (config,) = compare.configurations([without], list(compare.IGNORED_FIELDS))[0].values()
+    assert math.isnan(config.runs[0].value(metric))
