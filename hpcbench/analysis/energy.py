@@ -36,7 +36,8 @@ from hpcbench.store.energy import RECORDED_SOURCES, EnergySample, EnergyWindow, 
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["energy_j", "energy_per_sample_j", "energy_per_token_j", "power_gpu_w", "power_cpu_w", "power_dram_w",
-           "energy_note"]  # fmt: skip
+           "energy_note", "power_samples", "power_sample_hz", "power_note"]  # fmt: skip
+MLPERF_MIN_HZ, MLPERF_MIN_SAMPLES = 1.0, 60  # MLPerf power's sampling: at least 1 Hz, at least 60 samples
 SHOWN = ("energy_per_sample_j", "power_gpu_w", "power_cpu_w", "power_dram_w")  # `analyze`'s columns
 _KIND = re.compile(r"^(package|dram|gpu|psys)(?:-\d+)?(?:@.*)?$")
 
@@ -143,6 +144,7 @@ def not_measured(p: PointData) -> str:
 def row(p: PointData) -> dict[str, Any]:
     """The energy columns of one point."""
     out: dict[str, Any] = dict.fromkeys(COLUMNS, math.nan)
+    out.update(power_sampling(p))
     found = counters(p)
     if not found:
         out["energy_note"] = not_measured(p) if not len(p.energy) else "no energy reading in the timed window"
@@ -174,6 +176,37 @@ def watts(p: PointData) -> float:
     if not found or not all(c.window.trustworthy for c in found):
         return math.nan
     return float(sum(c.window.watts for c in _counted(found)))
+
+
+def power_sampling(p: PointData) -> dict[str, Any]:
+    """The point's power samples as MLPerf power asks of a run: the resource sampler's GPU
+    power readings inside each GPU rank's timed window (first timed iteration's start to the
+    last one's end); `power_samples` and `power_sample_hz` are the fewest and the slowest of
+    any GPU, `power_note` why they fall short of 1 Hz and 60 samples ("" when they do not)."""
+    out: dict[str, Any] = {"power_samples": math.nan, "power_sample_hz": math.nan}
+    it, res = p.iterations, p.resources
+    timed = it["warmup"] == 0 if it.size else np.zeros((0, 0), bool)
+    counts, rates = [], []
+    for rank in range(it.shape[0]):
+        if not timed[rank].any():
+            continue
+        begin, end = float(it["t_start"][rank][timed[rank]][0]), float(it["t_end"][rank][timed[rank]][-1])
+        mine = res[(res["rank"] == rank) & (res["t"] >= begin) & (res["t"] <= end)]
+        n = int(np.isfinite(mine["gpu_power_w"]).sum()) if len(mine) else 0
+        if n and end > begin:
+            counts.append(n)
+            rates.append(n / (end - begin))
+    if not counts:
+        out["power_note"] = "no power samples: the sampler reads GPU power only (RAPL is read between flush blocks)"
+        return out
+    out.update(power_samples=min(counts), power_sample_hz=min(rates))
+    short = []
+    if min(rates) < MLPERF_MIN_HZ:
+        short.append(f"{min(rates):.2f} Hz, under {MLPERF_MIN_HZ:g} Hz: lower options.sample_period_s")
+    if min(counts) < MLPERF_MIN_SAMPLES:
+        short.append(f"{min(counts)} samples, under {MLPERF_MIN_SAMPLES}: train longer")
+    out["power_note"] = "; ".join(short)
+    return out
 
 
 def add(table: pd.DataFrame, points: Sequence[PointData]) -> pd.DataFrame:
