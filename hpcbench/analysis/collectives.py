@@ -22,39 +22,15 @@ docs/metrics-and-model.md, "Collectives per mesh axis".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from hpcbench.analysis.stragglers.timed import timed_columns
 from hpcbench.spec.parallel import Layout
+from hpcbench.store.commfile import BUS_FACTOR  # nccl-tests' factors, one table for commbench and the trace
 from hpcbench.store.reader import PointData
-
-
-def _allreduce(n: int) -> float:
-    return 2 * (n - 1) / n
-
-
-def _spread(n: int) -> float:
-    return (n - 1) / n
-
-
-def _one(n: int) -> float:
-    return 1.0
-
-
-# busbw = algbw × factor(n), as nccl-tests' PERFORMANCE.md defines it for each collective
-BUS_FACTOR: dict[str, Callable[[int], float]] = {
-    "allreduce": _allreduce,
-    "allgather": _spread,
-    "reducescatter": _spread,
-    "alltoall": _spread,
-    "broadcast": _one,
-    "reduce": _one,
-    "send": _one,
-    "recv": _one,
-}
 
 COLUMNS = ["point", "layout", "op", "axis", "group_size", "level", "messages_per_iter", "bytes_per_iter",
            "bytes_per_message", "time_per_message_s", "time_per_iter_s", "algbw", "busbw"]  # fmt: skip

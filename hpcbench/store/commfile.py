@@ -58,8 +58,11 @@ BUS_FACTOR: dict[str, Callable[[int], float]] = {  # busbw = algbw * factor, as 
     "allreduce": _allreduce_factor,
     "reducescatter": _gather_factor,
     "allgather": _gather_factor,
+    "alltoall": _gather_factor,
     "broadcast": _one,
     "reduce": _one,
+    "send": _one,
+    "recv": _one,
 }
 
 

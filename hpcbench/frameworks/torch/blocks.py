@@ -94,8 +94,10 @@ class Attention(nn.Module):
         # rotary's inverse frequencies (None: no rotary positions)
         self.register_buffer("inverse", inverse if record.rotary else None, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        batch, tokens, dim = x.shape
+    def attend(self, x: torch.Tensor) -> torch.Tensor:
+        """The heads' attended values, (B, S, heads * width): the output matrix's input (with
+        tensor parallelism, this rank's heads only)."""
+        batch, tokens, _ = x.shape
         q = self.q(x).view(batch, tokens, self.heads, self.width).transpose(1, 2)
         k = self.k(x).view(batch, tokens, self.groups, self.width).transpose(1, 2)
         v = self.v(x).view(batch, tokens, self.groups, self.width).transpose(1, 2)
@@ -105,7 +107,10 @@ class Attention(nn.Module):
             cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         attended = F.scaled_dot_product_attention(q, k, v, is_causal=self.causal, enable_gqa=self.groups != self.heads)
-        return self.out(attended.transpose(1, 2).reshape(batch, tokens, dim))  # type: ignore[no-any-return]
+        return attended.transpose(1, 2).reshape(batch, tokens, self.heads * self.width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(self.attend(x))  # type: ignore[no-any-return]
 
 
 class FeedForward(nn.Module):
@@ -116,9 +121,12 @@ class FeedForward(nn.Module):
         self.gate = _linear(dim, record.hidden, record.bias) if self.swiglu else None
         self.down = _linear(record.hidden, dim, record.bias)
 
+    def hidden(self, x: torch.Tensor) -> torch.Tensor:
+        """The hidden layer's activations: the down matrix's input."""
+        return F.silu(self.gate(x)) * self.up(x) if self.gate is not None else F.gelu(self.up(x), approximate="tanh")
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = F.silu(self.gate(x)) * self.up(x) if self.gate is not None else F.gelu(self.up(x), approximate="tanh")
-        return self.down(hidden)  # type: ignore[no-any-return]
+        return self.down(self.hidden(x))  # type: ignore[no-any-return]
 
 
 class Block(nn.Module):

@@ -92,21 +92,8 @@ class SplitAttention(nn.Module):
         whole.groups //= parts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = self.inner
-        batch, tokens, _ = x.shape
         x = _Enter.apply(x, self.traced, self.name)  # type: ignore[no-untyped-call]
-        q = inner.q(x).view(batch, tokens, inner.heads, inner.width).transpose(1, 2)
-        k = inner.k(x).view(batch, tokens, inner.groups, inner.width).transpose(1, 2)
-        v = inner.v(x).view(batch, tokens, inner.groups, inner.width).transpose(1, 2)
-        if inner.inverse is not None:
-            angles = torch.outer(torch.arange(tokens, device=x.device, dtype=torch.float32), inner.inverse)
-            angles = torch.cat([angles, angles], dim=-1)
-            cos, sin = angles.cos().to(q.dtype), angles.sin().to(q.dtype)
-            q, k = blocks.rotate(q, cos, sin), blocks.rotate(k, cos, sin)
-        attended = nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=inner.causal, enable_gqa=inner.groups != inner.heads
-        )
-        partial = inner.out(attended.transpose(1, 2).reshape(batch, tokens, inner.heads * inner.width))
+        partial = self.inner.out(self.inner.attend(x))
         out: torch.Tensor = _Leave.apply(partial, self.traced, self.name)  # type: ignore[no-untyped-call]
         return out if self.bias is None else out + self.bias
 
@@ -122,13 +109,9 @@ class SplitFeedForward(nn.Module):
         self.bias = _columns(whole.down, index, parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = self.inner
         x = _Enter.apply(x, self.traced, self.name)  # type: ignore[no-untyped-call]
-        if inner.gate is not None:
-            hidden = nn.functional.silu(inner.gate(x)) * inner.up(x)
-        else:
-            hidden = nn.functional.gelu(inner.up(x), approximate="tanh")
-        out: torch.Tensor = _Leave.apply(inner.down(hidden), self.traced, self.name)  # type: ignore[no-untyped-call]
+        partial = self.inner.down(self.inner.hidden(x))
+        out: torch.Tensor = _Leave.apply(partial, self.traced, self.name)  # type: ignore[no-untyped-call]
         return out if self.bias is None else out + self.bias
 
 
