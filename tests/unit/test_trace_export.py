@@ -65,7 +65,7 @@ def make_comm() -> np.ndarray:
         (0, 1, b"allreduce", b"dp", b"bucket0", b"float32", 4_000_000, 1.13, 1.16),
         (0, 1, b"allreduce", b"dp", b"bucket1", b"float32", 2_000_000, 1.14, 1.17),
         (0, 1, b"allreduce", b"dp", b"bucket2", b"float16", 1_000, 1.15, 1.155),
-        (0, 1, b"allreduce", b"dp", b"bucket3", b"float32", 3_000, 1.165, 1.18),  # lane 0 is free again
+        (0, 1, b"allreduce", b"tp", b"bucket3", b"float32", 3_000, 1.165, 1.18),  # lane 0 is free again
         (1, 2, b"broadcast", b"dp", b"fc1.weight", b"float32", 123_456, 1.25, 1.2575),
     ]
     return np.array(rows, dtype=COMM_DTYPE)
@@ -272,7 +272,7 @@ def test_overlapping_messages_go_to_separate_lanes(trace: dict[str, Any]) -> Non
         "allreduce bucket0": 1,
         "allreduce bucket1": 2,
         "allreduce bucket2": 3,
-        "allreduce bucket3": 1,  # bucket0 has ended by then
+        "allreduce (tp) bucket3": 1,  # bucket0 has ended by then
     }
 
 
@@ -281,7 +281,10 @@ def test_comm_events_carry_bytes_dtype_and_iteration(trace: dict[str, Any]) -> N
     assert len(comm) == len(make_comm())
     got = {(e["pid"], e["name"]): e["args"] for e in comm}
     for row in make_comm():
-        args = got[int(row["rank"]), f"{row['op'].decode()} {row['name'].decode()}"]
+        axis = row["axis"].decode()
+        kind = row["op"].decode() + ("" if axis == "dp" else f" ({axis})")  # a tensor-parallel group's, named
+        args = got[int(row["rank"]), f"{kind} {row['name'].decode()}"]
+        assert args["axis"] == axis
         assert args["bytes"] == int(row["bytes"])
         assert isinstance(args["bytes"], int)
         assert args["dtype"] == row["dtype"].decode()

@@ -129,6 +129,7 @@ def _comm_events(comm: np.ndarray) -> tuple[list[dict[str, Any]], dict[int, int]
     starts = (comm["t_start"] * US).tolist()
     ends = (comm["t_end"] * US).tolist()
     ops = [_text(v) for v in comm["op"].tolist()]
+    axes = [_text(v) for v in comm["axis"].tolist()]
     names = [_text(v) for v in comm["name"].tolist()]
     dtypes = [_text(v) for v in comm["dtype"].tolist()]
     nbytes = comm["bytes"].tolist()
@@ -147,8 +148,10 @@ def _comm_events(comm: np.ndarray) -> tuple[list[dict[str, Any]], dict[int, int]
             lanes.append(start + dur)
         else:
             lanes[lane] = start + dur
-        args = {"bytes": int(nbytes[k]), "dtype": dtypes[k], "iteration": int(its[k]), "op": ops[k], "tensor": names[k]}
-        name = f"{ops[k]} {names[k]}".strip()
+        args = {"bytes": int(nbytes[k]), "dtype": dtypes[k], "iteration": int(its[k]), "op": ops[k], "tensor": names[k],
+                "axis": axes[k]}  # fmt: skip
+        kind = ops[k] if axes[k] in ("dp", "") else f"{ops[k]} ({axes[k]})"  # a layout's other groups named
+        name = f"{kind} {names[k]}".strip()
         events.append(_complete(name, CAT_COMM, start, dur, pid, TID_COMM + lane, args))
     lanes_of = {pid: len(lanes) for pid, lanes in lane_ends.items()}
     return events, lanes_of
