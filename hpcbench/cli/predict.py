@@ -92,19 +92,22 @@ def _sweep_points(target: Path) -> None:
     load_sweep(target, "calibrate on")
 
 
-def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO) -> pd.DataFrame:
+def _from_sweep(target: Path, nodes: list[int] | None, out: TextIO, links: Path | None = None) -> pd.DataFrame:
     if nodes is None:
         raise SpecError("--nodes", f"{target} is a directory: a sweep's prediction needs node counts", "e.g. 8,16,32")
+    network = forecast_spec.network_link(links) if links is not None else None
     _sweep_points(target)
-    table = forecast.extrapolate(target, nodes)
+    table = forecast.extrapolate(target, nodes, network)
     if table.empty:
         raise HpcbenchError(f"{target}: no point file could be read: nothing to calibrate on")
     for config, group in table.groupby(["framework", "backend", "model", "batch_size"], sort=False):
         framework, backend, model, batch = config
-        print(f"{framework}/{backend} {model} b={batch}: link from {group['comm_source'].iloc[0]}", file=out)
+        sources = list(dict.fromkeys(group["comm_source"]))
+        print(f"{framework}/{backend} {model} b={batch}: link from {'; on 2 nodes or more: '.join(sources)}", file=out)
         print(_render(group, overlap_too=False), file=out)
-        for note in filter(None, group["note"]):  # an efficiency above 100 %, and why (forecast.above_one)
-            print(note, file=out)
+        notes = (line for note in filter(None, group["note"]) for line in note.splitlines())
+        for line in dict.fromkeys(notes):  # one node's link reused; an efficiency above 100 % and why
+            print(line, file=out)
     return table
 
 
@@ -204,12 +207,18 @@ def _render_layouts(table: pd.DataFrame) -> str:
     return textable.render(rows, right=True)
 
 
-def _predict(target: Path, nodes: list[int] | None, out: TextIO, with_layouts: bool = False) -> pd.DataFrame:
+def _predict(
+    target: Path, nodes: list[int] | None, out: TextIO, with_layouts: bool = False, links: Path | None = None
+) -> pd.DataFrame:
     if target.is_dir():
         if with_layouts:
             raise SpecError("--layouts", f"{target} is a directory: layouts are predicted from a prediction file",
                             "a YAML file with model, batch_size, device_memory_gb, ...")  # fmt: skip
-        return _from_sweep(target, nodes, out)
+        return _from_sweep(target, nodes, out, links)
+    if links is not None:
+        raise SpecError(
+            "--links", f"{target} is a file: its own links: section states its links", "--links with a sweep directory"
+        )
     return _from_file(target, nodes, out, with_layouts)
 
 
@@ -220,12 +229,13 @@ def run(
     out: TextIO,
     force: bool = False,
     with_layouts: bool = False,
+    links: Path | None = None,
 ) -> int:
     if csv is None:
-        _predict(target, nodes, out, with_layouts)
+        _predict(target, nodes, out, with_layouts, links)
         return 0
     with OutputFile(csv, option="--csv", force=force, reads=[target]) as output:  # checked before any work
-        table = _predict(target, nodes, out, with_layouts)
+        table = _predict(target, nodes, out, with_layouts, links)
         output.write_text(table.to_csv(index=False))
     print(f"wrote {csv}", file=out)
     return 0
@@ -240,10 +250,14 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     p.add_argument("--force", action="store_true", help="replace the --csv file if it exists")
     layouts_help = "with a prediction file of a transformer: every dp x fsdp x tp x pp layout, ranked"
     p.add_argument("--layouts", action="store_true", help=layouts_help)
+    links_help = "with a sweep directory: the network's link for 2 nodes or more (a YAML of links: inter: ...)"
+    p.add_argument("--links", type=Path, help=links_help)
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks on errors")
     args = p.parse_args(argv)
-    return failure.guarded(lambda: run(Path(args.target), args.nodes, args.csv, out, args.force, args.layouts),
-                           prog or PROG, args.verbose)  # fmt: skip
+    return failure.guarded(
+        lambda: run(Path(args.target), args.nodes, args.csv, out, args.force, args.layouts, args.links),
+        prog or PROG, args.verbose,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from hpcbench.analysis.model import forecast, forecast_spec
+from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.errors import SpecError
 from hpcbench.testing.arrays import ALPHA, BATCH, BETA, model_point
 from tests.conftest import run_module
@@ -130,7 +131,57 @@ def test_a_measured_sweep_at_its_own_scales_and_beyond(tmp_path: Path) -> None:
     assert two > truth[4]
     assert two - truth[4] < a * 2 + b * 1.4e6 + 1e-9  # never more than the larger messages' growth
     assert table["batch_size"].iloc[0] == BATCH
-    assert (table["note"] == "").all()  # no efficiency above 100 %: nothing to explain
+    # no efficiency above 100 %; 2 nodes say they reuse the one node's link (no network measured)
+    assert table["note"].tolist() == ["", forecast.ONE_NODE_NOTE]
+
+
+def test_links_give_the_network_a_one_node_sweep_cannot_measure(tmp_path: Path) -> None:
+    """`--links FILE.yaml`: 2 nodes or more are costed on its inter-node link. The sweep's own
+    link given as the network predicts what it predicted without (the same ring over the same
+    link), now without the note; a network 10 times slower lengthens 2 nodes, not 1."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    for n in (1, 2, 4):
+        model_point(sweep, n)
+    without = forecast.extrapolate(sweep, [1, 2])
+    same = forecast.extrapolate(sweep, [1, 2], (LinkCost(ALPHA, BETA), "the truth"))
+    assert same["t_iter_s"].tolist() == pytest.approx(without["t_iter_s"].tolist(), rel=1e-12)
+    assert same["note"].tolist() == ["", ""] and same["comm_source"].iloc[1] == "the truth (the network, from --links)"
+    slow = forecast.extrapolate(sweep, [1, 2], (LinkCost(ALPHA, 10 * BETA), "slow"))
+    assert slow["t_iter_s"].iloc[0] == pytest.approx(without["t_iter_s"].iloc[0], rel=1e-12)
+    assert slow["t_iter_s"].iloc[1] > same["t_iter_s"].iloc[1]
+    links = tmp_path / "links.yaml"
+    links.write_text(yaml.safe_dump({"links": {"inter": {"bandwidth_gbps": 10, "latency_us": 50}}}))
+    res = run_module("hpcbench", "predict", str(sweep), "--nodes", "1,2", "--links", str(links))
+    assert res.returncode == 0, res.stderr
+    assert (
+        "on 2 nodes or more: links.yaml: inter α 50.0 µs, β 10.0 Gbit/s per hop (the network, from --links)"
+        in res.stdout
+    )
+    assert forecast.ONE_NODE_NOTE not in res.stdout
+    res = run_module("hpcbench", "predict", str(sweep), "--nodes", "2")
+    assert res.returncode == 0 and forecast.ONE_NODE_NOTE in res.stdout.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("links", "words"),
+    [
+        ({"intra": {"bandwidth_gbps": 10}}, "links.inter: "),
+        ({"inter": {"fits": {8: [1e-4, 1e-9]}}}, "links.inter: "),
+        ({"inter": {"speed": 1}}, "links.inter.speed: unknown key"),
+        (None, "--links: "),
+    ],
+)
+def test_bad_links_exit_2_naming_the_key(tmp_path: Path, links: dict[str, object] | None, words: str) -> None:
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    model_point(sweep, 2)
+    path = tmp_path / "links.yaml"
+    if links is not None:
+        path.write_text(yaml.safe_dump(links))
+    res = run_module("hpcbench", "predict", str(sweep), "--nodes", "2", "--links", str(path))
+    assert res.returncode == 2 and res.stdout == "", res.stdout
+    assert res.stderr.startswith(f"hpcbench predict: error: {words}"), res.stderr
 
 
 def test_a_sweep_of_one_rank_only_is_refused_beyond_one_rank(tmp_path: Path) -> None:
@@ -162,13 +213,15 @@ def test_an_efficiency_above_100_percent_is_printed_with_why(tmp_path: Path) -> 
     table = forecast.extrapolate(tmp_path, [1, 2])
     assert table["ranks"].tolist() == [2, 4] and (table["efficiency"] > 1).all()
     assert table["efficiency"].iloc[0] == pytest.approx(truth[1] / truth[2], rel=1e-6)
-    for ranks, exposed, note in zip(table["ranks"], table["exposed_comm_s"], table["note"].astype(str), strict=True):
+    for ranks, exposed, notes in zip(table["ranks"], table["exposed_comm_s"], table["note"].astype(str), strict=True):
+        note = notes.splitlines()[-1]  # after the one node's link note, at 2 nodes
         assert note.startswith(f"efficiency above 100 % at {ranks} ranks: one rank's own exchange (30.00 ms")
         assert f"the model exposes {exposed * 1e3:.2f} ms of exchange (its messages over the fitted link)" in note
     res = run_module("hpcbench", "predict", str(tmp_path), "--nodes", "1,2")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert [line for line in lines if line.startswith("efficiency above 100 %")] == table["note"].tolist()
+    above = [note.splitlines()[-1] for note in table["note"]]
+    assert [line for line in lines if line.startswith("efficiency above 100 %")] == above
 
 
 def test_one_process_driving_several_devices(tmp_path: Path) -> None:

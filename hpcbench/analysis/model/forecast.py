@@ -143,10 +143,19 @@ def above_one(cal: Calibration, single: IterationPrediction, pred: IterationPred
     return f"efficiency above 100 % at {pred.ranks} ranks: " + "; ".join(reasons)
 
 
-def extrapolate(directory: Path, nodes: Sequence[int]) -> pd.DataFrame:
+ONE_NODE_NOTE = (
+    "measured on one node: 2 nodes or more are costed with the link fitted inside it (no network was "
+    "measured); give the network with --links FILE.yaml"
+)
+
+
+def extrapolate(directory: Path, nodes: Sequence[int], network: tuple[co.LinkCost, str] | None = None) -> pd.DataFrame:
     """Each configuration of a measured sweep, calibrated on all its points, at `nodes` nodes
-    of as many ranks per node as its largest point (one link for both levels: a sweep
-    measures one network). A configuration measured on one rank only, without a link, is
+    of as many ranks per node as its largest point. The link is the one fitted on the sweep,
+    except on two nodes or more where `network` (a link and where it came from: `--links`)
+    is given: the ring's every step waits for its slowest hop, a network one. Without it, a
+    configuration measured on one node costs more nodes with the link of that node, and its
+    rows' `note` says so (notes one per line). A configuration measured on one rank only, without a link, is
     refused at >= 2 ranks (HpcbenchError): it has nothing to cost the exchange with. A row
     whose efficiency exceeds 1 says why in `note` (above_one)."""
     sweep = tables.load(directory)
@@ -165,12 +174,19 @@ def extrapolate(directory: Path, nodes: Sequence[int]) -> pd.DataFrame:
         base = {"framework": largest.point.framework, "backend": largest.point.backend, "model": largest.point.model,
                 "batch_size": largest.point.batch_size, "ranks_per_node": per_node}  # fmt: skip
         single = predict.predict_point(cal, 1, largest.point.batch_size, overlap=True)
+        one_node = all(p.point.nodes == 1 for p in group)
         for n in nodes:
             at = replace(where, pollers=pollers(largest, where.ranks_per_host, n * per_node))
-            pred = predict.predict_point(cal, n * per_node, largest.point.batch_size, overlap=True, placement=at)
+            costed, source, note = cal, cal.comm_source, ""
+            if n >= 2 and network is not None:
+                costed, source = replace(cal, link=network[0]), f"{network[1]} (the network, from --links)"
+            elif n >= 2 and one_node:
+                note = ONE_NODE_NOTE
+            pred = predict.predict_point(costed, n * per_node, largest.point.batch_size, overlap=True, placement=at)
             efficiency = pred.throughput / (n * per_node * single.throughput)
-            note = above_one(cal, single, pred, cal.on(at)) if efficiency > 1 + EFFICIENCY_ROUNDING else ""
+            if efficiency > 1 + EFFICIENCY_ROUNDING:
+                note = "\n".join(filter(None, (note, above_one(costed, single, pred, costed.on(at)))))
             rows.append({**base, "nodes": n, "ranks": n * per_node, "t_iter_s": pred.t_iter,
                          "throughput": pred.throughput, "efficiency": efficiency, "exposed_comm_s": pred.comm_exposed,
-                         "comm_source": cal.comm_source, "note": note})  # fmt: skip
+                         "comm_source": source, "note": note})  # fmt: skip
     return pd.DataFrame(rows)

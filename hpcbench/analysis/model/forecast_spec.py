@@ -374,6 +374,43 @@ def layout_model(spec: ForecastSpec) -> Transformer:
         raise SpecError("model", str(exc), ", ".join(zoo.TRANSFORMER_NAMES)) from None
 
 
+LINK_KEYS = ("intra", "inter", "nics_per_node", "from_commbench")
+
+
+def levels(links: Mapping[str, Any], base: Path | None) -> tuple[dict[str, Level], dict[str, calibration.LinkFit]]:
+    """The levels a `links:` mapping states (intra, inter), and those fitted on its commbench
+    files (a level stated beside them wins); at least one."""
+    if "intra" not in links and "inter" not in links and "from_commbench" not in links:
+        raise SpecError("links", "gives no link", "intra and/or inter, or from_commbench: [FILES]")
+    fitted = _from_commbench(links["from_commbench"], base) if "from_commbench" in links else {}
+    fitted = {name: fit for name, fit in fitted.items() if name not in links}
+    given = {name: Level(fit.link) for name, fit in fitted.items()}
+    given |= {name: _level(f"links.{name}", links[name]) for name in ("intra", "inter") if name in links}
+    return given, fitted
+
+
+def network_link(path: Path) -> tuple[LinkCost, str]:
+    """The inter-node link of a links file (`hpcbench predict SWEEP_DIR --links FILE`): a
+    mapping of `links:`'s keys (or a file with a `links:` section), its `inter` level (a
+    per-hop link: rates and latency, alpha and beta, or fitted on commbench files), and where
+    it came from."""
+    if not path.is_file():
+        raise SpecError("--links", f"{path}: no such file", "a YAML file: inter: {bandwidth_gbps: .., latency_us: ..}")
+    raw = parse_yaml(path.read_text(encoding="utf-8"))
+    if isinstance(raw, Mapping) and "links" in raw:
+        raw = raw["links"]
+    links = _mapping("links", raw, LINK_KEYS)
+    given, fitted = levels(links, path.parent)
+    level = given.get("inter")
+    if level is None or level.link is None:
+        allowed = "inter: {bandwidth_gbps, latency_us} or {alpha_s, beta_s_per_byte}, or from_commbench files"
+        raise SpecError("links.inter", f"{path} gives no per-hop inter-node link", allowed)
+    link = level.link
+    rate = 8e-9 / link.beta if link.beta else math.inf
+    stated = f"{path.name}: inter α {link.alpha * 1e6:.1f} µs, β {rate:.1f} Gbit/s per hop"
+    return link, fitted["inter"].describe() if "inter" in fitted else stated
+
+
 def parse(text: str, base: Path | None = None) -> ForecastSpec:
     """The spec in `text`; relative paths in it (links.from_commbench) are taken from `base`."""
     raw = parse_yaml(text)
@@ -410,13 +447,8 @@ def parse(text: str, base: Path | None = None) -> ForecastSpec:
     if not isinstance(nodes, list) or not nodes:
         raise SpecError("nodes", f"{nodes!r} is not a non-empty list", "a list of node counts, e.g. [1, 2, 4, 8]")
     counts = tuple(_count(f"nodes[{i}]", n) for i, n in enumerate(nodes))
-    links = _mapping("links", raw.get("links", {}), ("intra", "inter", "nics_per_node", "from_commbench"))
-    if "intra" not in links and "inter" not in links and "from_commbench" not in links:
-        raise SpecError("links", "gives no link", "intra and/or inter, or from_commbench: [FILES]")
-    fitted = _from_commbench(links["from_commbench"], base) if "from_commbench" in links else {}
-    fitted = {name: fit for name, fit in fitted.items() if name not in links}  # a level stated beside them wins
-    given = {name: Level(fit.link) for name, fit in fitted.items()}
-    given |= {name: _level(f"links.{name}", links[name]) for name in ("intra", "inter") if name in links}
+    links = _mapping("links", raw.get("links", {}), LINK_KEYS)
+    given, fitted = levels(links, base)
     intra = given.get("intra", given.get("inter"))  # one level given: the same cost on both
     inter = given.get("inter", given.get("intra"))
     assert intra is not None
