@@ -111,8 +111,8 @@ COMM_DTYPE = np.dtype(
         ("rank", "<i4"),
         ("iteration", "<i4"),
         ("op", "S16"),  # allreduce | allgather | reducescatter | broadcast | alltoall | send | recv | push | pull
+        ("name", "S48"),  # bucket index or tensor name (beside op: the analysis reads the two as one key in place)
         ("axis", "S8"),  # the mesh axis its group spans: dp | fsdp | tp | pp (spec/parallel.py AXES)
-        ("name", "S48"),  # bucket index or tensor name
         ("dtype", "S12"),
         ("bytes", "<i8"),
         ("t_start", "<f8"),  # when the message was handed to the backend

@@ -48,7 +48,7 @@ def comm_rows(
     """(rank, iteration, bytes, t_start, t_end) -> COMM_DTYPE rows (seq names in order)."""
     out = np.zeros(len(rows), dtype=COMM_DTYPE)
     for i, (rank, it, nbytes, t0, t1) in enumerate(rows):
-        out[i] = (rank, it, op, axis, str(i).encode(), b"float32", nbytes, t0, t1)
+        out[i] = (rank, it, op, str(i).encode(), axis, b"float32", nbytes, t0, t1)
     return out
 
 

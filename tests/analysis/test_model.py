@@ -95,8 +95,10 @@ def test_bus_bandwidth_as_nccl_tests_defines_it() -> None:
     assert busbw == pytest.approx(4e9 * 2 * 3 / 4)
     assert commfile.bus_bandwidth("allgather", 8e6, 0.002, 4)[1] == pytest.approx(4e9 * 3 / 4)
     assert commfile.bus_bandwidth("broadcast", 8e6, 0.002, 4)[1] == pytest.approx(4e9)
+    assert commfile.bus_bandwidth("alltoall", 8e6, 0.002, 4)[1] == pytest.approx(4e9 * 3 / 4)
+    assert commfile.bus_bandwidth("send", 8e6, 0.002, 2)[1] == pytest.approx(4e9)
     with pytest.raises(HpcbenchError, match="unknown collective"):
-        commfile.bus_bandwidth("alltoall", 1, 1, 2)
+        commfile.bus_bandwidth("scan", 1, 1, 2)
 
 
 def test_tensor_fusion_cost() -> None:

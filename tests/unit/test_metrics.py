@@ -206,7 +206,7 @@ def messages(rows: list[tuple[int, int, float, float]]) -> np.ndarray:
     """(rank, iteration, t_start, t_end) -> message records of 1 kB all-reduces."""
     out = np.zeros(len(rows), dtype=COMM_DTYPE)
     for k, (rank, it, t0, t1) in enumerate(rows):
-        out[k] = (rank, it, b"allreduce", b"dp", str(k).encode(), b"float32", 1024, t0, t1)
+        out[k] = (rank, it, b"allreduce", str(k).encode(), b"dp", b"float32", 1024, t0, t1)
     return out
 
 

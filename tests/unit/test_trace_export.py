@@ -61,12 +61,12 @@ def make_iterations() -> np.ndarray:
 
 def make_comm() -> np.ndarray:
     rows = [
-        # rank, iteration, op, axis, name, dtype, bytes, t_start, t_end
-        (0, 1, b"allreduce", b"dp", b"bucket0", b"float32", 4_000_000, 1.13, 1.16),
-        (0, 1, b"allreduce", b"dp", b"bucket1", b"float32", 2_000_000, 1.14, 1.17),
-        (0, 1, b"allreduce", b"dp", b"bucket2", b"float16", 1_000, 1.15, 1.155),
-        (0, 1, b"allreduce", b"tp", b"bucket3", b"float32", 3_000, 1.165, 1.18),  # lane 0 is free again
-        (1, 2, b"broadcast", b"dp", b"fc1.weight", b"float32", 123_456, 1.25, 1.2575),
+        # rank, iteration, op, name, axis, dtype, bytes, t_start, t_end
+        (0, 1, b"allreduce", b"bucket0", b"dp", b"float32", 4_000_000, 1.13, 1.16),
+        (0, 1, b"allreduce", b"bucket1", b"dp", b"float32", 2_000_000, 1.14, 1.17),
+        (0, 1, b"allreduce", b"bucket2", b"dp", b"float16", 1_000, 1.15, 1.155),
+        (0, 1, b"allreduce", b"bucket3", b"tp", b"float32", 3_000, 1.165, 1.18),  # lane 0 is free again
+        (1, 2, b"broadcast", b"fc1.weight", b"dp", b"float32", 123_456, 1.25, 1.2575),
     ]
     return np.array(rows, dtype=COMM_DTYPE)
 
