@@ -10,7 +10,6 @@ import pytest
 
 from hpcbench.analysis import pipeline
 from hpcbench.analysis.model.contention import fit_effective_cores, ranks_take_turns
-from hpcbench.analysis.model.exchange import HOROVOD_CYCLE_S
 from hpcbench.analysis.model.predict import cycle_wait
 from hpcbench.analysis.placement import Placement, placement_of
 from hpcbench.spec import Point
@@ -20,6 +19,7 @@ from hpcbench.testing.fabricate import write_point_file
 
 SPINS = {"OMPI_MCA_mpi_oversubscribe": "0"}  # what mpirun sets where ranks <= slots
 YIELDS = {"OMPI_MCA_mpi_oversubscribe": "1"}  # where they outnumber them
+HALF_CYCLE_S = 0.5e-3  # half of Horovod's default HOROVOD_CYCLE_TIME, 1 ms: written here, not taken from the model
 OPEN_MPI = "Open MPI v4.1.4, package: Debian OpenMPI, ident: 4.1.4, repo rev: v4.1.4, May 26, 2022"
 
 
@@ -82,7 +82,7 @@ def _horovod(
         n: model_point(directory, n, cpus=2, backend="horovod", mpi=OPEN_MPI, environment=YIELDS if n == 4 else SPINS,
                        pollers=pollers, last_rank=wait, steps=4 if n == 4 else None,
                        loop_wait=loop_wait if n == 2 else None, work_wait=work_wait if n == 2 else None,
-                       loop_runnable=runnable if n == 2 else None, alone=HOROVOD_CYCLE_S / 2 if n == 1 else 0.0)[1]
+                       loop_runnable=runnable if n == 2 else None, alone=HALF_CYCLE_S if n == 1 else 0.0)[1]
         for n, pollers, wait in ((1, 0.0, 0.0), (2, spin, last_rank), (4, 0.0, 0.0))
     }  # fmt: skip
 
