@@ -24,7 +24,7 @@ import pytest
 from hpcbench.store import schema
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, FAILED, STOPPED, Manifest
-from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids, wait_ranks_gone
+from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, in_loop, rank_pids, wait_ranks_gone
 from tests.conftest import ROOT, run_module, spec_text
 
 pytestmark = pytest.mark.mpi
@@ -67,7 +67,11 @@ def test_random_sigkill_never_loses_a_flushed_iteration(
     assert (out / entry.log).exists()
     result = out / entry.result
     assert not result.with_name(result.name + ".new").exists()  # a file killed while made is not left
-    if result.exists():  # none if the kill came before the ranks created it
+    # The ranks create the file before their loop, which rank 0 announces once all are in it:
+    # a loop that began left a file; only a kill during start-up may leave none.
+    began = in_loop(out / entry.log)
+    assert result.exists() or not began, "the ranks reached their loop, yet left no point file"
+    if result.exists():
         check_flushed_rows(result, 2)
 
 

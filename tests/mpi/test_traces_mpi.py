@@ -105,17 +105,33 @@ def test_known_phase_durations_are_recovered_within_one_percent(
         iterations=20, warmup=2, extra={**PHASE_S, "rank_scale": 0.5},
     )  # fmt: skip
     data = run_one(write_spec, tmp_path, text)
-    timed = metrics.timed(data.iterations)
+    it = data.iterations
+    timed = it[:, ~(it["warmup"] == 1).any(axis=0)]  # an iteration any rank flagged as warm-up is not timed
+    assert timed.shape == (2, 20)  # iterations counts the timed ones, after the 2 of warm-up
+    # The synthetic phase waits until its deadline on the clock the recorder reads, so load can
+    # only make a phase longer, never shorter. On a busy 2-core host some phases run ms late (up
+    # to 4 ms in CI's runs), and every phase carries the mark and the loop around it (10-35 µs):
+    # a median of 4 ms phases within 1 % (40 µs) was a flake. So: no timed iteration shorter than
+    # injected, and the shortest of the 20 the injected time within 1 % or 0.1 ms, whichever is
+    # more. Load would have to delay every one of the 20 to cross that.
     for rank in range(2):
         scale = 1 + 0.5 * rank
         for key, seconds in PHASE_S.items():
-            measured = float(np.median(timed[rank][key.removesuffix("_s")]))
-            assert measured == pytest.approx(seconds * scale, rel=0.01), (rank, key)
-        assert float(np.median(timed[rank]["comm"])) == 0.0
-    # rank 1 computes 1.5x as long as rank 0: LIF = 1.5 / 1.25
+            durations = timed[rank][key.removesuffix("_s")]
+            assert durations.min() >= seconds * scale - 1e-6, (rank, key, durations.min())
+            assert durations.min() <= seconds * scale + max(0.01 * seconds * scale, 1e-4), (rank, key, durations.min())
+        assert (timed[rank]["comm"] == 0.0).all()  # the synthetic sleep sends nothing: no phase marked
+    # rank 1 computes 1.5x as long as rank 0: unhindered, LIF = 1.5 / 1.25
+    phases = ("data", "h2d", "forward", "backward", "update")
+    unhindered = np.array([sum(float(timed[rank][phase].min()) for phase in phases) for rank in range(2)])
+    assert 2 * unhindered[1] / unhindered.sum() == pytest.approx(1.2, rel=0.01)
+    # and the analysis' LIF is, by hand, the mean over timed iterations of max / mean of the ranks'
+    # compute (docs/metrics-and-model.md): whatever load did to some iterations, the same numbers
+    compute = np.sum([timed[phase] for phase in phases], axis=0)
+    by_hand = compute.max(axis=0) / compute.mean(axis=0)
     lif, excess = metrics.load_imbalance(data.iterations)
-    assert lif == pytest.approx(1.2, rel=0.01)
-    assert excess == pytest.approx(0.2, rel=0.05)
+    assert lif == pytest.approx(float(by_hand.mean()), rel=1e-9)
+    assert excess == pytest.approx(float((by_hand - 1).mean()), rel=1e-9)
 
 
 def test_perfetto_export_of_a_four_rank_run(write_spec: Callable[..., Path], tmp_path: Path) -> None:

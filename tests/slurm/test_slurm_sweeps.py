@@ -22,6 +22,19 @@ pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 SLURM = {"executor": "slurm", "profile": "testcluster"}
 
 
+def accounted(job_ids: list[str]) -> dict[str, tuple[str, list[str]]]:
+    """Job id -> (the number Slurm gave the job, the nodes it ran on), as sacct records them.
+    An array task's id ("A_T") is not its SLURM_JOB_ID: each task is a job of its own number."""
+    argv = ["sacct", "-n", "-P", "-X", "-o", "JobID,JobIDRaw,NodeList", "-j", ",".join(job_ids)]
+    rows = subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+    found = {}
+    for row in rows:
+        job, raw, nodelist = row.split("|")
+        names = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+        found[job] = (raw, names.stdout.split())
+    return found
+
+
 def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
@@ -35,6 +48,7 @@ def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
     wait_until_finished(out)
     manifest = Manifest.load(out)
     assert {e.state for e in manifest.entries.values()} == {DONE}, [e.reason for e in manifest.entries.values()]
+    jobs = accounted([e.job_id for e in manifest.entries.values()])
     for entry in manifest.entries.values():
         data = read_point(out / entry.result)
         nodes = data.point.nodes
@@ -42,9 +56,10 @@ def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
         assert data.iterations.shape[0] == 2 * nodes
         hosts = data.hostnames
         assert all(re.fullmatch(r"c[1-4]", h) for h in hosts), hosts
-        assert len(set(hosts)) == nodes, "two ranks on each of the job's virtual nodes"
-        assert sorted(hosts.count(h) for h in set(hosts)) == [2] * nodes
-        assert data.provenance["slurm_job_id"] == entry.job_id.split("_")[0] or "_" in entry.job_id
+        raw_id, allocated = jobs[entry.job_id]
+        assert sorted(set(hosts)) == sorted(allocated) and len(allocated) == nodes, "the job's own virtual nodes"
+        assert sorted(hosts.count(h) for h in set(hosts)) == [2] * nodes, "two ranks on each"
+        assert data.provenance["slurm_job_id"] == raw_id  # the job the ranks ran in, as Slurm numbered it
         assert data.provenance["site_profile"]["name"] == "testcluster"
         source = {"srun": "slurm", "mpirun": "openmpi"}[data.point.launcher]
         assert data.provenance["launcher_source"] == source
@@ -59,7 +74,11 @@ def test_torchrun_across_two_nodes(write_spec: Callable[..., Path], tmp_path: Pa
     assert entry.state == DONE, entry.reason
     data = read_point(out / entry.result)
     assert data.iterations.shape[0] == 4
-    assert sorted(set(data.hostnames)) == sorted(set(data.hostnames))[:2] and len(set(data.hostnames)) == 2
+    # ranks 0-1 on one of the job's two virtual nodes, 2-3 on the other (torchrun numbers a node's ranks together)
+    hosts = data.hostnames
+    _, allocated = accounted([entry.job_id])[entry.job_id]
+    assert len(allocated) == 2 and sorted(set(hosts)) == sorted(allocated), (hosts, allocated)
+    assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts
 
 
 def test_same_shape_points_share_arrays_split_at_max_array_size(
@@ -99,15 +118,29 @@ def test_scancel_is_reported_failed_and_resume_reruns_only_that_point(
     assert after[long.id].log in after[long.id].reason
     assert Path(after[long.id].log).exists()
 
+    # The cancelled attempt's file: stopped ranks wrote every row and marked it; ranks cancelled
+    # while torch started may not have created it yet (the worker creates it once the framework is up)
+    partial = out / long.result
+    written = int(read_point(partial).attrs["iterations_written"]) if partial.exists() else None
+    assert written is not None or after[long.id].state == FAILED, "stopped ranks leave their file"
+
     res = run_module("hpcbench.sweep", "resume", str(out))
     assert res.returncode == 0, res.stderr
     assert "resuming 1 of 2 points" in res.stdout
     resumed = Manifest.load(out).entries
     assert resumed[short.id].job_id == short.job_id and resumed[short.id].attempts == 1
     assert resumed[long.id].job_id != long.job_id and resumed[long.id].attempts == 2
-    # the cancelled attempt's partial file is kept aside, not overwritten
     wait_until_finished(out, timeout=400)
     assert Manifest.load(out).entries[long.id].state == DONE
+    assert read_point(partial).complete
+    # the cancelled attempt's partial file is kept aside as it was, not overwritten; none where it left none
+    asides = list(out.glob(f"{long.id}.attempt*.h5"))
+    if written is None:
+        assert asides == []
+    else:
+        (aside,) = asides
+        kept = read_point(aside)
+        assert not kept.complete and int(kept.attrs["iterations_written"]) == written
 
 
 def test_hostile_name_paths_and_values_execute_nothing(write_spec: Callable[..., Path], tmp_path: Path) -> None:
