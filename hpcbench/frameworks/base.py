@@ -16,11 +16,13 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks.needs import LauncherKind as LauncherKind
+from hpcbench.frameworks.needs import LauncherNeed as LauncherNeed
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import Registry, import_error
@@ -37,40 +39,6 @@ MOMENTUM = 0.9  # SGD's momentum (`optimizer: momentum`) in every framework
 ADAM = (0.9, 0.999, 1e-8)  # Adam's beta1, beta2, epsilon where a framework spells them out
 WEIGHT_DECAY = 0.1  # AdamW's decoupled weight decay (`optimizer: adamw`), as GPT-2's and Llama's training
 INIT_TIMEOUT_S = 300.0  # default of HPCBENCH_INIT_TIMEOUT_S: how long a backend's rendezvous may take
-
-
-class LauncherKind(Protocol):
-    """What a framework asks of a launcher class (`hpcbench.launchers.base.Launcher`, a layer
-    above: it reaches the frameworks as this)."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def mpi(self) -> bool:
-        """Its ranks find their peers through MPI_Init."""
-
-    @property
-    def horovod(self) -> bool:
-        """It is Horovod's own launcher: Horovod connects its ranks."""
-
-
-@dataclass(frozen=True)
-class LauncherNeed:
-    """What a backend needs of the launcher that starts its ranks: ranks that find their
-    peers through MPI_Init (`Launcher.mpi`), or, with `horovod`, also those of Horovod's own
-    launcher (`Launcher.horovod`)."""
-
-    why: str  # what MPI is needed for, as said in the messages
-    horovod: bool = False
-    field: str = "launcher"  # the point's field a refusal names
-
-    def accepts(self, launcher: LauncherKind) -> bool:
-        return launcher.mpi or (self.horovod and launcher.horovod)
-
-    @property
-    def launchers(self) -> str:
-        return "an MPI launcher or Horovod's own" if self.horovod else "an MPI launcher"
 
 
 @dataclass(frozen=True)

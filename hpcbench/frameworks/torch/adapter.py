@@ -30,6 +30,8 @@ from hpcbench.frameworks.base import (
     checksum,
     model_for,
 )
+from hpcbench.frameworks.torch import layouts
+from hpcbench.frameworks.torch.comm import TorchComm
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.spec import Point
@@ -45,43 +47,6 @@ if TYPE_CHECKING:
     from hpcbench.frameworks.torch.exchange import Exchange
     from hpcbench.frameworks.torch.mesh import Mesh
     from hpcbench.frameworks.torch.pipeline import Pipeline
-
-
-class TorchComm:
-    """Bookkeeping collectives over a gloo group, for jobs without MPI (torchrun)."""
-
-    def __init__(self) -> None:
-        import torch.distributed as dist
-
-        self._dist = dist
-        self._group = dist.new_group(backend="gloo")
-        self.rank = dist.get_rank()
-        self.size = dist.get_world_size()
-
-    @property
-    def mpi_comm(self) -> Any | None:
-        return None
-
-    def barrier(self) -> None:
-        self._dist.barrier(group=self._group)
-
-    def bcast(self, obj: Any, root: int = 0) -> Any:
-        box = [obj]
-        self._dist.broadcast_object_list(box, src=root, group=self._group)
-        return box[0]
-
-    def gather(self, obj: Any, root: int = 0) -> list[Any] | None:
-        out: list[Any] | None = [None] * self.size if self.rank == root else None
-        self._dist.gather_object(obj, out, dst=root, group=self._group)
-        return out
-
-    def allgather(self, obj: Any) -> list[Any]:
-        out: list[Any] = [None] * self.size
-        self._dist.all_gather_object(out, obj, group=self._group)
-        return out
-
-    def abort(self, code: int = 1) -> None:
-        os._exit(code)  # torchrun ends the other workers of the group
 
 
 @FRAMEWORKS.register
@@ -116,7 +81,7 @@ class TorchFramework(Framework):
         yield from super().check_point(point)
         if point.precision == "tf32" and point.device != "cuda":
             yield "precision", "tf32 is a CUDA matmul mode (fp32 data on tensor cores)", "fp32, bf16, fp16 on cpu"
-        yield from _check_split(point)
+        yield from layouts.check(point)
         if point.compile is not None and point.backend in ("mpi", "horovod"):
             yield (
                 "compile",
@@ -162,25 +127,10 @@ class TorchFramework(Framework):
                 self._comm = HorovodComm(hvd)
         else:
             self._init_process_group(point, renv, comm)
-            self._exchange = self._layout_exchange(point, renv) if point.parallel else DDPExchange(renv.size)
-
-    def _layout_exchange(self, point: Point, renv: RankEnv) -> Exchange:
-        """The exchange of a point with a `parallel` layout: FSDP's over the fsdp (and dp)
-        groups, DDP's over the dp group, or none (every rank's data is its group's)."""
-        from hpcbench.frameworks.torch.exchange import DDPExchange, Exchange
-        from hpcbench.frameworks.torch.mesh import Mesh
-        from hpcbench.frameworks.torch.pipeline import Pipeline
-        from hpcbench.frameworks.torch.sharded import ShardedExchange
-
-        layout = point.layout
-        self._mesh = Mesh(layout, renv.rank)
-        if layout.pp > 1:
-            return Pipeline(renv.size, self._mesh)
-        if layout.fsdp > 1:
-            return ShardedExchange(renv.size, self._mesh, layout.zero)
-        if layout.dp > 1:
-            return DDPExchange(layout.dp, self._mesh.groups["dp"])
-        return Exchange(renv.size)
+            if point.parallel:
+                self._exchange, self._mesh = layouts.exchange_for(point, renv)
+            else:
+                self._exchange = DDPExchange(renv.size)
 
     def _init_process_group(self, point: Point, renv: RankEnv, comm: Comm | None) -> None:
         import torch.distributed as dist
@@ -249,7 +199,9 @@ class TorchFramework(Framework):
             shard = self.load_data(point, spec, self.rank, self.size)
         else:  # the peers of a tensor-parallel group read the same data
             shard = self.load_data(point, spec, mesh.layout.data_rank(self.rank), mesh.layout.data_ranks)
-            shard = self._even_test(shard)
+            test = layouts.even_test(shard.test)
+            self._data = dataclasses.replace(self.rank_data, shard=data.Shard(shard.train, test, shard.classes))
+            shard = self._data.shard
         # The whole shard as tensors once (sharing numpy's memory on the CPU; page-locked for
         # CUDA so that the copy to the device can be asynchronous): a step only indexes it.
         pin = self.device.type == "cuda"
@@ -257,19 +209,6 @@ class TorchFramework(Framework):
         self._y = torch.from_numpy(shard.train.y)
         if pin:
             self._x, self._y = self._x.pin_memory(), self._y.pin_memory()
-
-    def _even_test(self, shard: data.Shard) -> data.Shard:
-        """The test split cut to the shortest of every rank's: a sharded or split model's
-        every forward is a collective, so every rank tests as many batches."""
-        import torch
-        import torch.distributed as dist
-
-        length = torch.tensor([len(shard.test)])
-        dist.all_reduce(length, op=dist.ReduceOp.MIN)
-        n = int(length)
-        test = data.Split(shard.test.x[:n], shard.test.y[:n])
-        self._data = dataclasses.replace(self.rank_data, shard=data.Shard(shard.train, test, shard.classes))
-        return self._data.shard
 
     def _set_precision(self, point: Point) -> None:
         """Mixed precision: autocast's dtype for bf16 and fp16 (fp32 master weights and
@@ -382,36 +321,7 @@ class TorchFramework(Framework):
     def parameter_checksum(self) -> float:
         if self._mesh is None:
             return checksum(p.detach().cpu().numpy() for p in self.model.parameters())
-        return self._mesh_checksum(self._mesh)
-
-    def _mesh_checksum(self, mesh: Mesh) -> float:
-        """The whole model's checksum, summed over the parts the ranks of this rank's replica
-        hold (each FSDP shard, each tensor-parallel part; a weight the tensor-parallel group
-        holds whole counted once): equal on replicas whose weights are equal."""
-        import torch
-        import torch.distributed as dist
-        from torch.distributed.fsdp import FSDPModule
-
-        for module in self.model.modules():  # ZeRO 2 keeps the gathered weights after a forward
-            if isinstance(module, FSDPModule):
-                module.reshard()
-        first = mesh.index("tp") == 0
-        parts = []
-        stage = (
-            cast("Pipeline", self._exchange)
-            if self._exchange is not None and self._exchange.kind == "pipeline"
-            else None
-        )
-        copy = stage.tied if stage is not None and not stage.first else None
-        for name, p in self.model.named_parameters():
-            if p is copy:  # the last stage's copy of the embedding table: counted on the first
-                continue
-            if first or name.removeprefix("module.").removeprefix("_orig_mod.") in self._split:
-                local = p.to_local() if hasattr(p, "to_local") else p
-                parts.append(local.detach().cpu().numpy())
-        total = torch.tensor([checksum(parts)], dtype=torch.float64)
-        dist.all_reduce(total, group=mesh.replica)
-        return float(total)
+        return layouts.mesh_checksum(self.model, self._mesh, self._exchange, self._split)
 
     def peak_device_memory(self) -> int | None:
         import torch
@@ -479,49 +389,3 @@ class TorchFramework(Framework):
             import horovod.torch as hvd
 
             hvd.shutdown()
-
-
-def _check_split(point: Point) -> Iterable[Problem]:
-    """A layout's split of a model: tensor and pipeline parallelism split transformer blocks
-    (tp dividing the heads, key-value heads and MLP width; pp at most the blocks); a
-    pipeline with neither sharding nor fp16's loss scaler; no compiler with a layout."""
-    layout = point.layout
-    if not point.parallel or layout.plain:
-        return
-    if point.compile is not None:
-        yield (
-            "compile",
-            "torch.compile is not applied to a parallel layout's modules here",
-            "compile unset with parallel",
-        )
-    if layout.pp > 1 and layout.fsdp > 1:
-        yield "parallel.fsdp", "a pipeline's stages are not sharded here", "fsdp 1 with pp (dp and tp combine with it)"
-    if layout.pp > 1 and point.precision == "fp16":
-        yield "precision", "fp16's loss scaler is not run through the pipeline", "fp32, bf16 with pp"
-    if (layout.tp == 1 and layout.pp == 1) or point.model not in zoo.NAMES:
-        return
-    split = "tp" if layout.tp > 1 else "pp"
-    found = [layer for layer in zoo.model(point.model).layers if isinstance(layer, zoo.Block)]
-    if not found:
-        names = ", ".join(zoo.TRANSFORMER_NAMES)
-        yield f"parallel.{split}", f"{point.model} has no transformer blocks to split", f"{split} with {names}"
-        return
-    if layout.pp > len(found):
-        yield (
-            "parallel.pp",
-            f"pp {layout.pp} is more stages than {point.model}'s {len(found)} blocks",
-            f"1 to {len(found)}",
-        )
-    tp = layout.tp
-    if tp == 1:
-        return
-    block = found[0]
-    sizes = {"heads": block.attention.heads, "key-value heads": block.attention.groups, "MLP width": block.mlp.hidden}
-    for what, size in sizes.items():
-        if size % tp:
-            yield (
-                "parallel.tp",
-                f"tp {tp} does not divide {point.model}'s {size} {what}",
-                "a divisor of the heads, key-value heads and MLP width",
-            )
-            return
