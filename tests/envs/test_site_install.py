@@ -41,6 +41,7 @@ import pytest
 from hpcbench.plan import envs
 from hpcbench.rank import linkage
 from hpcbench.testing.installed import Installed, copy_tree
+from tests.conftest import skip_unless_required
 
 pytestmark = pytest.mark.slow
 
@@ -163,10 +164,10 @@ def make_site(user: pwd.struct_passwd, hdf5: tuple[Path, Path]) -> Site:
 @pytest.fixture(scope="module")
 def site() -> Site:
     if os.geteuid() != 0:
-        pytest.skip("the set-up creates a user (useradd): run as root, as CI does")
+        skip_unless_required("the set-up creates a user (useradd): run as root, as CI does")
     hdf5 = system_hdf5()
     if hdf5 is None or shutil.which("useradd") is None or shutil.which("runuser") is None:
-        pytest.skip("needs the system's parallel HDF5 (envs/setup.sh installs it), useradd and runuser")
+        skip_unless_required("needs the system's parallel HDF5 (envs/setup.sh installs it), useradd and runuser")
     try:
         user = pwd.getpwnam(USER)
     except KeyError:

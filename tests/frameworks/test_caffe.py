@@ -29,7 +29,7 @@ TIMED = ("data", "forward", "backward", "comm", "update")  # a CPU build: no h2d
 
 def caffe_python() -> Path:
     """The caffe environment's interpreter if pycaffe and mpi4py import there; else skip
-    (saying how to build it), or fail with HPCBENCH_REQUIRE_ENVS."""
+    (saying how to build it), or fail under CI."""
     return env_python("caffe", "caffe", "mpi4py")
 
 

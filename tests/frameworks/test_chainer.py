@@ -17,7 +17,7 @@ import pytest
 
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
-from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
+from tests.conftest import ROOT, env_python, run_sweep, skip_unless_required, spec_text
 from tests.frameworks.cells import check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
@@ -36,14 +36,12 @@ def run_in(exe: Path, code: str, timeout: float = 240) -> subprocess.CompletedPr
 def legacy_chainer() -> Path:
     """The legacy environment's interpreter if Chainer imports there the way the adapter
     imports it (a plain `import chainer` fails there: see `import_chainer`); else skip, or
-    fail with HPCBENCH_REQUIRE_ENVS."""
+    fail with under CI (tests/conftest.py `skip_unless_required`)."""
     exe = env_python("legacy")
     res = run_in(exe, "from hpcbench.frameworks.chainer.adapter import import_chainer; import_chainer()", 120)
     if res.returncode != 0:
         why = f"environment 'legacy' cannot import chainer: {res.stderr.strip()[-300:]}"
-        if REQUIRE_ENVS:
-            pytest.fail(f"{why} (HPCBENCH_REQUIRE_ENVS is set)")
-        pytest.skip(f"needs chainer in the legacy environment (bash envs/build.sh legacy): {why}")
+        skip_unless_required(f"needs chainer in the legacy environment (bash envs/build.sh legacy): {why}")
     return exe
 
 

@@ -19,7 +19,7 @@ from hpcbench.analysis import resources
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.store.reader import PointData
 from hpcbench.workloads import zoo as models
-from tests.conftest import REQUIRE_ENVS, ROOT, env_python, run_sweep, spec_text
+from tests.conftest import ROOT, env_python, run_sweep, skip_unless_required, spec_text
 from tests.frameworks.cells import check_messages, check_phases, check_weights_agree
 
 pytestmark = pytest.mark.mpi
@@ -37,14 +37,12 @@ def run_in(exe: Path, code: str, timeout: float = 240, **env: str) -> subprocess
 
 def cntk_env() -> Path:
     """The cntk environment's interpreter if its CNTK process starts (the adapter's own check);
-    else skip, or fail with HPCBENCH_REQUIRE_ENVS."""
+    else skip, or fail with under CI (tests/conftest.py `skip_unless_required`)."""
     exe = env_python("cntk", "mpi4py")
     res = run_in(exe, "from hpcbench.frameworks.cntk.adapter import CntkFramework as F; print(F.unavailable('mpi'))")
     if res.returncode != 0 or res.stdout.strip().splitlines()[-1:] != ["None"]:
         why = f"environment 'cntk' cannot run CNTK: {(res.stdout + res.stderr).strip()[-300:]}"
-        if REQUIRE_ENVS:
-            pytest.fail(f"{why} (HPCBENCH_REQUIRE_ENVS is set)")
-        pytest.skip(f"needs CNTK in the cntk environment (bash envs/build.sh cntk): {why}")
+        skip_unless_required(f"needs CNTK in the cntk environment (bash envs/build.sh cntk): {why}")
     return exe
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from hpcbench.store.reader import PointData
 from hpcbench.store.traits import Traits
 from hpcbench.testing.datasets import make_mnist
 from hpcbench.workloads import zoo as models
-from tests.conftest import run_module, run_sweep, spec_text
+from tests.conftest import run_module, run_sweep, skip_unless_required, spec_text
 
 pytestmark = pytest.mark.mpi
 
@@ -144,9 +143,7 @@ def modern_env() -> None:
     try:
         envs.python("modern")
     except Exception as exc:
-        if os.environ.get("HPCBENCH_REQUIRE_ENVS"):
-            raise
-        pytest.skip(f"needs the modern environment: {exc}")
+        skip_unless_required(f"needs the modern environment: {exc}")
 
 
 @pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])

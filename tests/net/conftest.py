@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from hpcbench.testing.netlab import Lab
-from tests.conftest import ROOT
+from tests.conftest import ROOT, skip_unless_required
 
 NODES = 4
 SUBNET = "10.231.0.0/24"
@@ -52,7 +52,7 @@ class NetCluster:
 
 def _needs_root() -> None:
     if os.geteuid() != 0:
-        pytest.skip("the network lab needs root (network namespaces, veth pairs, tc)")
+        skip_unless_required("the network lab needs root (network namespaces, veth pairs, tc)")
 
 
 @pytest.fixture(scope="session")

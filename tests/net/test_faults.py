@@ -39,7 +39,7 @@ from hpcbench.sweepdir.manifest import DONE, FAILED, Entry, Manifest
 from hpcbench.testing.crash import BATCH, FLUSH_EVERY, check_flushed_rows, rank_pids
 from hpcbench.testing.faults import Faults, ensure_nftables
 from hpcbench.testing.netlab import Lab
-from tests.conftest import ROOT, run_module
+from tests.conftest import ROOT, run_module, skip_unless_required
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -56,7 +56,7 @@ PACKETS = 200  # crossing a lossy link's rules: enough to measure the share drop
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
     if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("the network lab needs root and iproute2")
+        skip_unless_required("the network lab needs root and iproute2")
     with Lab(nodes=NODES, subnet="10.233.0.0/24", prefix="hbf") as lab:
         yield lab
 

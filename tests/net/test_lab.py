@@ -14,6 +14,7 @@ import pytest
 
 from hpcbench.testing.mpi import MPI_ENV
 from hpcbench.testing.netlab import Lab, LabError
+from tests.conftest import skip_unless_required
 from tests.net.conftest import NetCluster
 
 PROBE = Path(__file__).with_name("allreduce_probe.py")
@@ -46,7 +47,7 @@ def test_bad_lab_settings_name_the_field() -> None:
 
 def test_lab_is_built_and_removed_even_after_a_crash() -> None:
     if os.geteuid() != 0:
-        pytest.skip("the network lab needs root")
+        skip_unless_required("the network lab needs root")
     stale = Lab(2, subnet="10.231.9.0/24", prefix="hbx")
     stale.up()  # never taken down: a crashed run
 

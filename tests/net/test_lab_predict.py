@@ -18,6 +18,7 @@ import pytest
 
 from hpcbench.testing.heldout import Workload, held_out
 from hpcbench.testing.netlab import Lab
+from tests.conftest import skip_unless_required
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -29,7 +30,7 @@ WORK = Workload(forward_s=0.02, backward_s=0.03, comm_bytes=2 * 1024 * 1024, ite
 @pytest.fixture(scope="module")
 def lab() -> Iterator[Lab]:
     if os.geteuid() != 0 or not shutil.which("ip"):
-        pytest.skip("the network lab needs root and iproute2")
+        skip_unless_required("the network lab needs root and iproute2")
     with Lab(nodes=NODES, subnet="10.234.0.0/24", prefix="hbp") as lab:
         for i in range(1, NODES + 1):
             lab.shape(i, RATE_MBIT)
