@@ -287,7 +287,7 @@ class PointRun:
                 _stall_or_raise(comm.rank, i, fault)
             rec.start(warmup=i < point.warmup)
             loss = framework.step(rec)
-            rec.stop(point.batch_size, loss)
+            rec.stop(point.rank_batch, loss)  # a batch per device the rank drives
             if i + 1 == point.warmup:  # the timed window opens: a sample at its start (between steps)
                 self.sampler.sample_now()
                 self.energy.read()

@@ -45,10 +45,12 @@ def t_iter(iterations: np.ndarray) -> float:
 
 
 def data_ranks(point: Point, n_ranks: int) -> int:
-    """Of a point's `n_ranks` ranks, those that read different data: all of them, but only one
-    per tensor-parallel group and pipeline (spec/parallel.py), whose ranks share a batch."""
+    """Of a point's `n_ranks` ranks, the batches of `batch_size` an iteration reads: one per rank
+    and device it drives (`devices_per_rank`), but only one per tensor-parallel group and
+    pipeline (spec/parallel.py), whose ranks share a batch."""
     layout = point.layout
-    return max(n_ranks // (layout.tp * layout.pp), 1) if point.parallel else n_ranks
+    ranks = max(n_ranks // (layout.tp * layout.pp), 1) if point.parallel else n_ranks
+    return ranks * point.devices_per_rank
 
 
 def throughput(n_ranks: int, batch_size: int, t_iteration: float) -> float:

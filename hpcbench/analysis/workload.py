@@ -57,7 +57,8 @@ def row(p: PointData, throughput: float) -> dict[str, Any]:
     prov, point = p.provenance, p.point
     tokens = int(prov.get("tokens_per_sample") or 0)
     flops = float(prov.get("model_flops_per_sample") or math.nan)
-    devices = int(prov.get("mfu_devices") or (point.ranks if point.device == "cuda" else point.nodes))
+    on_devices = point.ranks * point.devices_per_rank if point.device == "cuda" else point.nodes
+    devices = int(prov.get("mfu_devices") or on_devices)
     rate = throughput * flops / devices if throughput > 0 else math.nan
     out: dict[str, Any] = {
         "precision": point.precision or "fp32",

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hpcbench.errors import HpcbenchError
+from hpcbench.frameworks import replicas
 from hpcbench.frameworks.needs import LauncherKind as LauncherKind
 from hpcbench.frameworks.needs import LauncherNeed as LauncherNeed
 from hpcbench.rank.collectives import Comm
@@ -97,6 +98,8 @@ class Framework(ABC):
     # (fsdp, tp, pp: hpcbench.spec.parallel), and why it lacks the others, where known
     layouts: ClassVar[tuple[str, ...]] = ()
     layout_refusals: ClassVar[Mapping[str, str]] = {}
+    # the backends whose rank drives several devices (`devices_per_rank` > 1): the framework's replication
+    several_devices: ClassVar[tuple[str, ...]] = ()
 
     _data: RankData | None = None  # set by `load_data` in `build`
 
@@ -116,6 +119,7 @@ class Framework(ABC):
             yield "optimizer", f"{cls.name} has no {point.optimizer!r} optimizer here", ", ".join(cls.optimizers)
         yield from cls._check_numerics(point)
         yield from cls._check_layout(point)
+        yield from cls._check_devices(point)
         if point.dataset not in cls.datasets:
             yield "dataset", f"{point.dataset!r} is not supported by {cls.name!r}", ", ".join(cls.datasets)
             return
@@ -144,6 +148,20 @@ class Framework(ABC):
                 why = cls.layout_refusals.get(axis, f"{cls.name} does not run {axis} here")
                 runs = ", ".join(cls.layouts) or "none: data parallelism only (leave parallel unset)"
                 yield f"parallel.{axis}", why, f"the splits {cls.name} runs: {runs}"
+
+    @classmethod
+    def _check_devices(cls, point: Point) -> Iterable[Problem]:
+        """`devices_per_rank` > 1: only on a backend that drives several devices, and with plain
+        data parallelism (the layouts split over ranks, not over a rank's devices)."""
+        if point.devices_per_rank == 1:
+            return
+        if point.backend not in cls.several_devices:
+            runs = ", ".join(cls.several_devices)
+            why = f"{cls.name} {point.backend} drives one device per rank"
+            yield "devices_per_rank", why, f"1; more with {cls.name} backends {runs}" if runs else "1"
+        if not point.layout.plain:
+            why = f"{point.layout.label()} splits the model over ranks; several devices per rank replicate it"
+            yield "devices_per_rank", why, "1 with this parallel layout, or parallel unset (data parallelism)"
 
     @classmethod
     def traits_of(cls, backend: str) -> Traits:
@@ -211,9 +229,10 @@ class Framework(ABC):
     def load_data(self, point: Point, model: zoo.Model, rank: int, size: int) -> data.Shard:
         """This rank's shard of the point's dataset, shaped for `model`, and its batches (in
         `build`); returns the shard (`prepare_split` applied)."""
-        shard = shard_for(point, model, rank, size)
+        devices, batch = point.devices_per_rank, point.batch_size  # a batch per device (replicas.py)
+        shard = replicas.rank_shard(lambda r, n: shard_for(point, model, r, n), rank, size, devices, batch)
         shard = data.Shard(self.prepare_split(shard.train), self.prepare_split(shard.test), shard.classes)
-        batches = data.Batches(shard.train, point.batch_size, point.seed, rank, point.dataset != "synthetic")
+        batches = data.Batches(shard.train, point.rank_batch, point.seed, rank, point.dataset != "synthetic")
         self._data = RankData(shard, batches, point.batch_size, model.task == "classify")
         return shard
 
@@ -369,17 +388,8 @@ def model_for(point: Point) -> zoo.Model:
 
 def shard_for(point: Point, model: zoo.Model, rank: int, size: int) -> data.Shard:
     """This rank's part of the point's dataset, shaped for `model`."""
-    return data.load(
-        point.dataset,
-        point.data_dir,
-        model.input,
-        model.classes,
-        point.batch_size,
-        rank,
-        size,
-        point.seed,
-        model.task,
-    )
+    args = (model.input, model.classes, point.batch_size, rank, size, point.seed, model.task)
+    return data.load(point.dataset, point.data_dir, *args)
 
 
 FRAMEWORKS: Registry[type[Framework]] = Registry("framework", "hpcbench.frameworks")

@@ -39,7 +39,7 @@ def recorded(point: Point, local_rank: int = 0) -> dict[str, Any]:
     }
     dtype = peaks.dtype_for_precision(point.precision)
     out["peak_dtype"] = dtype
-    out["mfu_devices"] = point.ranks if point.device == "cuda" else point.nodes
+    out["mfu_devices"] = point.ranks * point.devices_per_rank if point.device == "cuda" else point.nodes
     try:
         out["device_name"] = name = measure.device_name(point.device)
         peak = peaks.peak_for(name, dtype, cache.load_measured())

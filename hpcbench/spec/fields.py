@@ -35,6 +35,7 @@ MAX_EPOCHS = 10**6
 MAX_THREADS = 4096  # per rank
 MAX_SEED = 2**32 - 1  # numpy's seeds (Chainer and MXNet seed its global generator)
 MAX_SEQ_LEN = 2**20  # tokens per sample: 1,048,576
+MAX_DEVICES_PER_RANK = 1024  # devices one process drives
 
 
 def _int(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
@@ -171,4 +172,5 @@ def checkers(choices: Choices, sections: Mapping[str, OptionsParser]) -> dict[st
         "precision": _optional(_one_of(PRECISIONS)),
         "compile": _optional(_text),  # checked per framework, once points exist
         "parallel": parallel.parse,  # its product against the ranks: parallel.check, once points exist
+        "devices_per_rank": _int(1, MAX_DEVICES_PER_RANK),  # the framework's support: checked once points exist
     }

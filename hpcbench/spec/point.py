@@ -30,7 +30,8 @@ class Point:
 
     Its `id` hashes every field that is set. Rule for fields added later: they must default
     to None or to an empty tuple (meaning "unset"), so that the ids of existing sweeps stay
-    the same and a re-run still finds what is done.
+    the same and a re-run still finds what is done; or their default is listed in
+    `ID_OMITS`, left out of the id where a point has it (`devices_per_rank: 1`).
     """
 
     framework: str = "torch"
@@ -42,7 +43,7 @@ class Point:
     model: str = "lenet"
     dataset: str = "synthetic"
     data_dir: str | None = None
-    batch_size: int = 32  # per rank
+    batch_size: int = 32  # per device: per rank, times devices_per_rank (a rank of several devices)
     iterations: int = 100  # timed iterations, after the warm-up ones
     warmup: int = 10
     optimizer: str = "sgd"
@@ -60,6 +61,9 @@ class Point:
     # how the model and data split over the ranks (spec/parallel.py): sorted (key, value)
     # pairs of dp, fsdp, tp, pp, zero, microbatches, schedule; (): plain data parallelism
     parallel: tuple[tuple[str, Any], ...] = ()
+    # devices one rank drives through its framework's own replication (batch_size is per
+    # device: a rank processes batch_size * devices_per_rank samples per iteration)
+    devices_per_rank: int = 1
 
     @property
     def ranks(self) -> int:
@@ -72,8 +76,14 @@ class Point:
 
     @property
     def data_ranks(self) -> int:
-        """Ranks that read different data (each a batch of `batch_size` per iteration)."""
+        """Ranks that read different data (each `rank_batch` samples per iteration: a batch of
+        `batch_size` per device it drives)."""
         return self.layout.data_ranks if self.parallel else self.ranks
+
+    @property
+    def rank_batch(self) -> int:
+        """Samples one rank processes per iteration: a batch of `batch_size` per device it drives."""
+        return self.batch_size * self.devices_per_rank
 
     @property
     def total_iterations(self) -> int:
@@ -119,16 +129,25 @@ class Point:
     def label(self) -> str:
         """A short human label: the fields most sweeps vary (and the layout, where one is set)."""
         label = f"{self.framework}/{self.backend} {self.model} {self.nodes}x{self.ranks_per_node} b={self.batch_size}"
+        if self.devices_per_rank > 1:
+            label += f" {self.devices_per_rank} dev/rank"
         return f"{label} {self.layout.label()}" if self.parallel else label
 
 
 FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(Point))
 DEFAULTS = Point()
+# Fields added with a default other than None or (): left out of the id at that default, so
+# the ids of the points written before them stay what they were.
+ID_OMITS: Mapping[str, Any] = {"devices_per_rank": 1}
 
 
 def point_id(fields: Mapping[str, Any]) -> str:
     """Stable id: sha256 of the canonical JSON of the fields that are set (12 hex digits)."""
-    canonical = {k: v for k, v in sorted(fields.items()) if v is not None and v != () and v != {}}
+    canonical = {
+        k: v
+        for k, v in sorted(fields.items())
+        if v is not None and v != () and v != {} and not (k in ID_OMITS and v == ID_OMITS[k])
+    }
     blob = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 

@@ -151,7 +151,8 @@ def load_sweep(
     _only_with_own_executor(raw, executor, sections, origin)
     excludes = _excludes(raw.get("exclude") if raw.get("exclude") is not None else [], fields)
     options = _options(raw.get("options") if raw.get("options") is not None else {})
-    points, used = _expand(axes, values, groups, excludes)
+    gpus = origin.get("ranks_per_node", "")  # where gpus_per_node was given, if it was
+    points, used = _expand(axes, values, groups, excludes, gpus if gpus.endswith("gpus_per_node") else None)
     if check is not None:
         _check_points(points, check, origin)
     warnings = tuple(f"exclude[{i}] matches no point" for i, u in enumerate(used) if not u)
@@ -218,9 +219,15 @@ def _axes(raw: Mapping[str, Any], fields: Mapping[str, Checker]) -> Axes:
 
 
 def _expand(
-    axes: Mapping[str, list[Any]], values: Mapping[str, Any], groups: set[str], excludes: list[dict[str, Any]]
+    axes: Mapping[str, list[Any]],
+    values: Mapping[str, Any],
+    groups: set[str],
+    excludes: list[dict[str, Any]],
+    gpus: str | None = None,
 ) -> tuple[list[Point], list[bool]]:
-    """The cartesian product of the axes less the excluded points; which excludes matched."""
+    """The cartesian product of the axes less the excluded points; which excludes matched.
+    `gpus`: where the spec gave `gpus_per_node`, the devices of a node (ranks_per_node *
+    devices_per_rank), which becomes the point's ranks per node (excludes match it as given)."""
     names = list(axes)
     points: list[Point] = []
     used = [False] * len(excludes)
@@ -238,10 +245,24 @@ def _expand(
         for i in hit:
             used[i] = True
         if not hit:
+            if gpus is not None:
+                fields["ranks_per_node"] = _ranks_per_node(gpus, fields)
             points.append(Point(**fields))
     if not points:
         raise SpecError("exclude", "drops every point of the sweep", "a sweep with at least one point")
     return points, used
+
+
+def _ranks_per_node(path: str, fields: Mapping[str, Any]) -> int:
+    """A node's ranks, from its devices (`gpus_per_node`, at `path`) and each rank's devices."""
+    devices, per_rank = fields.get("ranks_per_node", DEFAULTS.ranks_per_node), fields.get("devices_per_rank", 1)
+    if devices % per_rank:
+        raise SpecError(
+            path,
+            f"{devices} devices a node do not split into ranks of devices_per_rank {per_rank}",
+            "gpus_per_node a multiple of devices_per_rank (gpus_per_node = ranks_per_node * devices_per_rank)",
+        )
+    return int(devices // per_rank)
 
 
 def _check_points(points: Iterable[Point], check: PointCheck, origin: Mapping[str, str]) -> None:

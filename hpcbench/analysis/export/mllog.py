@@ -118,7 +118,7 @@ def _descriptors(run: Run) -> list[Event]:
         (t, HPCBENCH, POINT_IN_TIME, "hpcbench_point", run.point_id, point),
         (t, HPCBENCH, POINT_IN_TIME, "hpcbench_version", run.hpcbench_version, {}),
         (t, MLPERF, POINT_IN_TIME, "seed", p.seed, {}),
-        (t, MLPERF, POINT_IN_TIME, "global_batch_size", run.ranks * p.batch_size, {}),
+        (t, MLPERF, POINT_IN_TIME, "global_batch_size", run.ranks * p.rank_batch, {}),
         (t, MLPERF, POINT_IN_TIME, "gradient_accumulation_steps", 1, {}),
         (t, MLPERF, POINT_IN_TIME, "opt_name", p.optimizer, {}),
         (t, MLPERF, POINT_IN_TIME, "opt_base_learning_rate", p.lr, {}),

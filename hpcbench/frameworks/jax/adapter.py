@@ -5,6 +5,11 @@ with rank 0's host and a free port agreed over MPI (`rank.net.free_port`, the bo
 communicator's broadcast), the launcher's rank as process id. Every process then sees one
 local and `size` global CPU devices; the exchange's mesh holds them all (`exchange.py`).
 
+Several devices per rank (`devices_per_rank` D > 1, `replicas.py`): D host-platform CPU
+devices (`--xla_force_host_platform_device_count`, before jax is imported), forward and
+backward `pmap`ped over them on `batch_size` samples each, their gradients averaged in the
+process (`lax.pmean` over the local axis), then exchanged across ranks once, as with one.
+
 Every image model of the zoo is a pure function of its weights and its BatchNorm state
 (`layers.py`, walking the layer tree `weights.py` gives: Concat, Residual, BatchNorm and
 Dropout included); every transformer one of its weights (`blocks.py`: attention through
@@ -66,6 +71,7 @@ from hpcbench.frameworks.base import (
     model_for,
 )
 from hpcbench.frameworks.jax import weights as jax_weights
+from hpcbench.frameworks.jax.replicas import Replicas, host_devices
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.rank.net import free_port
@@ -98,6 +104,7 @@ class JaxFramework(Framework):
         "pmean_fused": Traits(grouping="one_message", sleeping_wait=True, waits_per_message=True),
     }
     launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {"pmean": _COORDINATOR, "pmean_fused": _COORDINATOR}
+    several_devices = ("pmean", "pmean_fused")  # `pmap` over the rank's local devices (replicas.py)
 
     @classmethod
     def check_point(cls, point: Point) -> Iterable[Problem]:
@@ -142,6 +149,7 @@ class JaxFramework(Framework):
         if point.threads == 1:
             flags = os.environ.get("XLA_FLAGS", "")
             os.environ["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+        host_devices(point.devices_per_rank)  # before jax is imported too
         import jax
 
         self._rank, self._size, self._mpi = renv.rank, renv.size, comm.mpi_comm
@@ -172,7 +180,7 @@ class JaxFramework(Framework):
         if model.name in zoo.TRANSFORMER_NAMES:
             named, train_loss, evaluate = _transformer(model, self._precision, point.seed)
         else:
-            named, train_loss, evaluate = _tree(model, point.seed, self._rank)
+            named, train_loss, evaluate = _tree(model, point.seed)
         for _, w in named:
             self._mpi.Bcast(w, root=0)  # the same weights everywhere, whatever the seed did
         self._names = [n for n, _ in named]
@@ -184,9 +192,12 @@ class JaxFramework(Framework):
         self.bn_state: list[Any] = [jax.device_put(s, device) for _, s in jax_weights.state(model)]
         self._exchange = PmeanExchange(point.backend == "pmean_fused", self._names, [w.shape for _, w in named])
 
+        rank = self._rank
+        self._replicas = Replicas(train_loss, rank, point.devices_per_rank) if point.devices_per_rank > 1 else None
+
         def forward(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
             def loss(w: Any) -> Any:
-                return train_loss(w, state, x, y, iteration)
+                return train_loss(w, state, x, y, iteration, rank)
 
             loss_value, pullback, new_state = jax.vjp(loss, w, has_aux=True)
             return loss_value, pullback, new_state
@@ -207,14 +218,17 @@ class JaxFramework(Framework):
 
         x, y = self.batches.next()
         rec.mark(Phase.DATA)
-        xd, yd = jax.device_put(x, self._device), jax.device_put(y, self._device)
+        several = self._replicas  # the rank's devices, or None: one device
+        xd, yd = several.put(x, y) if several else (jax.device_put(x, self._device), jax.device_put(y, self._device))
         jax.block_until_ready((xd, yd))
         rec.mark(Phase.H2D)
-        loss, pullback, bn_state = self._forward(self.weights, self.bn_state, xd, yd, self._iteration)
+        loss, pullback, bn_state = (several.forward if several else self._forward)(
+            self.weights, self.bn_state, xd, yd, self._iteration
+        )
         jax.block_until_ready((loss, bn_state))
         rec.mark(Phase.FORWARD)
         self.bn_state, self._iteration = bn_state, self._iteration + 1
-        grads = self._backward(pullback)
+        grads = several.backward(pullback) if several else self._backward(pullback)
         jax.block_until_ready(grads)
         rec.mark(Phase.BACKWARD)
         averaged = self._exchange.exchange(rec, grads)
@@ -222,7 +236,7 @@ class JaxFramework(Framework):
         self.weights, self._state = self._update(self.weights, self._state, averaged)
         jax.block_until_ready(self.weights)
         rec.mark(Phase.UPDATE)
-        return loss
+        return loss.addressable_data(0)[0] if several else loss  # the devices' mean
 
     def evaluate_batch(self, x: np.ndarray, y: np.ndarray) -> tuple[float, int]:
         """A short last batch is padded to the test batch (its first sample repeated, not
@@ -253,6 +267,7 @@ class JaxFramework(Framework):
             "jax": jax.__version__,
             "jaxlib": jaxlib.__version__,
             "jax_devices": str(jax.device_count()),
+            "jax_local_devices": str(jax.local_device_count()),
             "jax_coordinator": self._coordinator,
             "jax_exchange": self._backend,
             "xla_flags": os.environ.get("XLA_FLAGS", ""),
@@ -281,9 +296,10 @@ class JaxFramework(Framework):
             jax.distributed.shutdown()
 
 
-def _tree(model: zoo.Model, seed: int, rank: int) -> tuple[list[tuple[str, np.ndarray]], Any, Any]:
-    """An image model's (initial weights, train_loss(w, state, x, y, iteration) -> (loss,
-    new BatchNorm state), evaluate(w, state, x, y, valid) -> (loss summed over the first
+def _tree(model: zoo.Model, seed: int) -> tuple[list[tuple[str, np.ndarray]], Any, Any]:
+    """An image model's (initial weights, train_loss(w, state, x, y, iteration, replica) ->
+    (loss, new BatchNorm state): Dropout's masks from the replica (the rank, or with several
+    devices the rank's device's place in the job), evaluate(w, state, x, y, valid) -> (loss summed over the first
     `valid` samples, those correctly classified)): the layer tree of `weights.py` through
     `layers.py`."""
     import jax
@@ -293,8 +309,8 @@ def _tree(model: zoo.Model, seed: int, rank: int) -> tuple[list[tuple[str, np.nd
 
     steps, task = jax_weights.steps(model), model.task
 
-    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), rank), iteration)
+    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any, replica: Any) -> Any:
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), replica), iteration)
         return layers.loss(steps, task, w, state, x, y, True, key)
 
     def evaluate(w: Any, state: Any, x: Any, y: Any, valid: Any) -> Any:
@@ -314,7 +330,7 @@ def _transformer(model: zoo.Model, precision: str, seed: int) -> tuple[list[tupl
 
     network = blocks.Network(model, precision)
 
-    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any) -> Any:
+    def train_loss(w: Any, state: Any, x: Any, y: Any, iteration: Any, replica: Any) -> Any:
         return network.loss(w, x, y), state
 
     def evaluate(w: Any, state: Any, x: Any, y: Any, valid: Any) -> Any:

@@ -1,7 +1,7 @@
 """Gradient averaging across JAX processes with `lax.pmean`, every message timed.
 
 The mesh holds every process's CPU device (one per process: `jax.devices()` after
-`jax.distributed.initialize`), on one axis. A gradient of shape S is given as this
+`jax.distributed.initialize`; a process driving several, its first), on one axis. A gradient of shape S is given as this
 process's shard (1, *S) of a global array (P, *S) and averaged by a `shard_map`ped
 `lax.pmean` over the axis; XLA runs the cross-process all-reduce (Gloo on CPU).
 
@@ -43,7 +43,12 @@ class PmeanExchange:
     """Averages lists of per-process gradient shards (1, *S) across the mesh."""
 
     def __init__(self, fused: bool, names: Sequence[str], shapes: Sequence[tuple[int, ...]]) -> None:
-        devices = jax.devices()  # every process's devices, in process order
+        # every process's first device, in process order (a rank driving several devices
+        # averages their gradients first, on its first: replicas.py)
+        first: dict[int, Any] = {}
+        for device in jax.devices():
+            first.setdefault(device.process_index, device)
+        devices = [first[p] for p in sorted(first)]
         self.mesh = Mesh(devices, (AXIS,))
         self.size = len(devices)
         self.fused = fused

@@ -29,6 +29,12 @@ Backends (`exchange.py` times each one's messages):
   optimizer runs locally (Gluon Trainer without a kvstore). Launched by mpirun / srun (MPI
   bookkeeping) or horovodrun (bookkeeping over Horovod itself, `_horovod.HorovodComm`).
 
+Several devices per rank (`devices_per_rank` D > 1, kvstore backends): a context per device
+(`cpu(0)` .. `cpu(D-1)`, or the rank's D GPUs), the network on all of them, each context's
+forward and backward on its `batch_size` samples; every push hands the kvstore each
+context's gradient, which it sums in the process before its one push to the servers, and
+every pull writes the new weights to each context (MXNet's own multi-device training).
+
 Threads: `point.threads` sets OMP / MKL / OpenBLAS threads (one operator's parallelism)
 before MXNet is imported, as the launcher does; `MXNET_CPU_WORKER_NTHREADS` (operators run
 at once) stays at MXNet's default, 1, unless the point's `environ` sets it. Both are
@@ -92,6 +98,7 @@ class MXNetFramework(Framework):
         "dist_async": Traits(parameter_server=True, asynchronous=True),
         "horovod": Traits(grouping="fusion", background_thread=True),
     }
+    several_devices = KVSTORES  # a context per device, the kvstore summing their gradients before its push
     launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {
         **{kind: LauncherNeed("the kvstore roles are set up over MPI") for kind in KVSTORES},
         "horovod": LauncherNeed("Horovod starts its ranks", horovod=True),
@@ -119,6 +126,7 @@ class MXNetFramework(Framework):
         self._rank = 0
         self._size = 1
         self._local_rank = 0
+        self._contexts: list[Any] = []
 
     # ----------------------------------------------------------------------------------
     # Distributed set-up.
@@ -176,17 +184,21 @@ class MXNetFramework(Framework):
         from hpcbench.frameworks.mxnet import layers as mx_layers
         from hpcbench.frameworks.mxnet.exchange import HorovodExchange, KVStoreExchange, Parameters
 
-        self._ctx = mx.gpu(self._local_rank) if point.device == "cuda" else mx.cpu()
+        # one context per device the rank drives (devices_per_rank; the first evaluates)
+        devices, first = point.devices_per_rank, self._local_rank * point.devices_per_rank
+        gpu = point.device == "cuda"
+        self._contexts = [mx.gpu(first + d) if gpu else mx.cpu(d) for d in range(devices)]
+        self._ctx = self._contexts[0]
         model = self._model = model_for(point)
         self.load_data(point, model, self._rank, self._size)
         mx.random.seed(point.seed)  # the same initial weights on every rank
         net = self._net = mx_layers.build(model)
-        net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self._ctx)
+        net.initialize(mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2), ctx=self._contexts)
         net.hybridize(static_alloc=True, static_shape=True)
-        self._params: Parameters = Parameters.of(mx_layers.trainable(net), self._ctx)
+        self._params: Parameters = Parameters.of(mx_layers.trainable(net), self._contexts)
         self._loss = gluon.loss.SoftmaxCrossEntropyLoss() if model.classes else gluon.loss.L2Loss()
-        self._x = mx.nd.zeros((point.batch_size, *model.input), ctx=self._ctx)
-        self._y = mx.nd.zeros((point.batch_size,), ctx=self._ctx, dtype="int64")
+        self._xs = [mx.nd.zeros((point.batch_size, *model.input), ctx=c) for c in self._contexts]
+        self._ys = [mx.nd.zeros((point.batch_size,), ctx=c, dtype="int64") for c in self._contexts]
         if self._kv is not None:
             self._exchange = KVStoreExchange(self._kv, self._params, point, self._rank, self._size)
         else:
@@ -203,17 +215,21 @@ class MXNetFramework(Framework):
         # Into preallocated arrays; a copy from numpy is synchronous in MXNet (it waits until
         # the array is free, which it is: the previous step ended with a wait). The direct
         # copy, not `x[:] = ...`, whose index handling costs several times the copy.
-        self._x._sync_copyfrom(x)
-        self._y._sync_copyfrom(y)
+        # With several contexts, each its part of the batch (batch_size samples).
+        b = len(y) // len(self._xs)
+        for d, (xd, yd) in enumerate(zip(self._xs, self._ys, strict=True)):
+            xd._sync_copyfrom(x[d * b : (d + 1) * b])
+            yd._sync_copyfrom(y[d * b : (d + 1) * b])
         rec.mark(Phase.H2D)
         with autograd.record():
-            out = self._net(self._x)
-            target = self._y if self._model.classes else self._x.reshape((x.shape[0], -1))
-            loss = self._loss(out, target)
+            losses = []
+            for xd, yd in zip(self._xs, self._ys, strict=True):
+                target = yd if self._model.classes else xd.reshape((b, -1))
+                losses.append(self._loss(self._net(xd), target))
         # Wait for the loss: the forward phase ends when its result exists (phase boundary).
-        value = loss.asnumpy()
+        value = np.concatenate([loss.asnumpy() for loss in losses])
         rec.mark(Phase.FORWARD)
-        loss.backward()
+        autograd.backward(losses)
         return float(value.mean())
 
     def step(self, rec: Recorder) -> Any:
@@ -254,6 +270,7 @@ class MXNetFramework(Framework):
             "mxnet_omp_threads": os.environ.get("OMP_NUM_THREADS", ""),
             "mxnet_cpu_worker_nthreads": os.environ.get("MXNET_CPU_WORKER_NTHREADS", ""),
         }
+        out["mxnet_contexts"] = ", ".join(str(c) for c in self._contexts)
         if self._kv is not None:
             out["mxnet_kvstore"] = str(self._kv.type)
             out["mxnet_kvstore_servers"] = str(self._servers)

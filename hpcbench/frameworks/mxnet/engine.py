@@ -72,18 +72,19 @@ class Stamps:
             raise mx.base.MXNetError(mx.base.py_str(self._lib.MXGetLastError()))
 
     def when_written(self, slot: int, array: Ref) -> None:
-        """Stamp `slot` once every write queued so far on `array` has finished (it is ready)."""
-        self._queue(slot, array, 1, self._empty, 0)
+        """Stamp `slot` once every write queued so far on `array` (each of its arrays) has finished (it is ready)."""
+        self._queue(slot, array, len(array), self._empty, 0)
 
     def when_read(self, slot: int, array: Ref) -> None:
-        """Stamp `slot` once every read and write queued so far on `array` has finished."""
-        self._queue(slot, self._empty, 0, array, 1)
+        """Stamp `slot` once every read and write queued so far on `array` (each of its arrays) has finished."""
+        self._queue(slot, self._empty, 0, array, len(array))
 
 
-Ref = Any  # a one-element ctypes array holding an NDArray's handle (see `ref`)
+Ref = Any  # a ctypes array holding NDArray handles: one array's, or its copies' on several contexts (see `ref`)
 
 
-def ref(array: Any) -> Ref:
-    """What `Stamps` takes for `array`: made once per array, off the hot path (the array
-    must outlive its uses; its handle is stable for its lifetime)."""
-    return (ctypes.c_void_p * 1)(array.handle)
+def ref(*arrays: Any) -> Ref:
+    """What `Stamps` takes for `arrays` (one array, or its copies on a rank's contexts): made
+    once, off the hot path (the arrays must outlive its uses; their handles are stable for
+    their lifetime)."""
+    return (ctypes.c_void_p * len(arrays))(*(a.handle for a in arrays))

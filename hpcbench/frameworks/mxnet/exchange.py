@@ -50,13 +50,17 @@ class Parameters:
     """The trainable parameters, their arrays on this rank's device, and what their messages say."""
 
     params: list[gluon.Parameter]  # in the order the network creates them
-    weights: list[Any]  # NDArrays
+    weights: list[Any]  # NDArrays, on the rank's first context
     grads: list[Any]
-    weight_refs: list[Ref]  # for the engine's stamps
+    weight_refs: list[Ref]  # for the engine's stamps: every context's copy
     grad_refs: list[Ref]
     names: list[str]
     dtypes: list[str]
     nbytes: list[int]
+    # per parameter, its weight's and its gradient's copy on each of the rank's contexts
+    # (one with one device; several: devices_per_rank, the kvstore reducing them)
+    copies: list[list[Any]]
+    grad_copies: list[list[Any]]
 
     def record(self, rec: Recorder, t: np.ndarray, ops: tuple[str, ...]) -> None:
         """The step's messages, from the engine's stamps (after the step's last mark): per
@@ -73,18 +77,21 @@ class Parameters:
                 comm.end(comm.begin(it, op, name, dtype, nbytes, int(t[k * i + j])), int(t[k * i + j + 1]))
 
     @classmethod
-    def of(cls, params: list[gluon.Parameter], ctx: Any) -> Parameters:
-        weights = [p.data(ctx) for p in params]
-        grads = [p.grad(ctx) for p in params]
+    def of(cls, params: list[gluon.Parameter], contexts: list[Any]) -> Parameters:
+        copies = [[p.data(c) for c in contexts] for p in params]
+        grad_copies = [[p.grad(c) for c in contexts] for p in params]
+        weights = [w[0] for w in copies]
         return cls(
             params=params,
             weights=weights,
-            grads=grads,
-            weight_refs=[ref(w) for w in weights],
-            grad_refs=[ref(g) for g in grads],
+            grads=[g[0] for g in grad_copies],
+            weight_refs=[ref(*w) for w in copies],
+            grad_refs=[ref(*g) for g in grad_copies],
             names=[p.name for p in params],
             dtypes=[str(np.dtype(w.dtype)) for w in weights],
             nbytes=[int(w.size) * np.dtype(w.dtype).itemsize for w in weights],
+            copies=copies,
+            grad_copies=grad_copies,
         )
 
 
@@ -108,15 +115,16 @@ class KVStoreExchange:
         self.steps = 0  # iterations run
         self.versions: list[int] = []  # dist_async: update count seen by each pull
         n = len(params.weights)
-        # dist_sync servers sum the workers' gradients, then update once: average them.
-        rescale = 1.0 / (point.batch_size * (workers if self.sync else 1))
+        # dist_sync servers sum the workers' gradients, then update once: average them (each
+        # worker's the sum over its contexts' batches: the kvstore sums them as it pushes).
+        rescale = 1.0 / (point.rank_batch * (workers if self.sync else 1))
         opt = optimizer(point, rescale)
         if not self.sync:
             opt = VersionCounting(opt, version_key=n)
         kv.set_optimizer(opt)  # pickled to the servers: they run it (update_on_kvstore)
         keys = list(range(n))
         kv.init(keys, params.weights)  # rank 0's values (the others' are ignored), then a barrier
-        kv.pull(keys, out=params.weights)
+        kv.pull(keys, out=params.copies)
         if not self.sync:
             self._one = mx.nd.ones((1,))
             self._version = mx.nd.zeros((1,))
@@ -128,12 +136,12 @@ class KVStoreExchange:
         p, kv, stamps = self.params, self.kv, self.stamps
         n = len(p.grads)
         for i in range(n):
-            stamps.when_written(3 * i, p.grad_refs[i])  # the gradient is computed
-            kv.push(i, p.grads[i], priority=-i)
+            stamps.when_written(3 * i, p.grad_refs[i])  # the gradient is computed (on every context)
+            kv.push(i, p.grad_copies[i], priority=-i)  # several contexts: summed in the process, pushed once
             # The servers took the push. (Declared as a write of the gradient, so it runs
             # after the push's read; on CPU the pull lands in that buffer next.)
             stamps.when_read(3 * i + 1, p.grad_refs[i])
-            kv.pull(i, out=p.weights[i], priority=-i)
+            kv.pull(i, out=p.copies[i], priority=-i)
             stamps.when_written(3 * i + 2, p.weight_refs[i])  # the new weights are in place
         if not self.sync:
             kv.push(n, self._one)
@@ -155,7 +163,7 @@ class KVStoreExchange:
             return
         kv, n = self.kv, len(self.params.weights)
         kv._barrier()  # every worker's pushes were answered: the servers applied them
-        kv.pull([*range(n), n], out=[*self.params.weights, self._version])
+        kv.pull([*range(n), n], out=[*self.params.copies, [self._version]])
         mx.nd.waitall()
         applied = int(self._version.asnumpy()[0])
         expected = self.workers * self.steps

@@ -68,6 +68,11 @@ optimizer step is one too (all-reduce backends). The step itself is not: its `tf
 stamps and the collectives (`CollectiveReduceV2`, Horovod's ops) have no XLA kernels.
 Unset: the step is a plain `tf.function` (graph mode, Grappler-optimised).
 
+Several devices per rank (`devices_per_rank` D > 1; `multiworker`, `horovod`: `replicas.py`):
+a `MirroredStrategy` over D logical CPU devices (or the rank's D GPUs) runs forward and
+backward on every device, on `batch_size` samples each, and sums the replicas' gradients in
+the process; the backend's exchange then carries them across ranks once, as with one device.
+
 Every rank is seeded identically (`point.seed`) so initial weights agree before any
 broadcast. `threads` sets TensorFlow's intra- and inter-op pools (before any op runs).
 `parameter_checksum` covers the trainable weights (the exchanged ones; batch-norm moving
@@ -85,7 +90,7 @@ import numpy as np
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks.base import FRAMEWORKS, Framework, LauncherNeed, Problem, checksum, model_for
-from hpcbench.frameworks.tensorflow import losses
+from hpcbench.frameworks.tensorflow import losses, optimizers, replicas
 from hpcbench.frameworks.tensorflow.stamps import Step
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
@@ -136,6 +141,7 @@ class TensorFlowFramework(Framework):
         "ps": Traits(parameter_server=True, asynchronous=True),
         "horovod": Traits(grouping="fusion", background_thread=True),
     }
+    several_devices = ("multiworker", "horovod")  # a MirroredStrategy over the rank's devices (replicas.py)
     launcher_needs: ClassVar[Mapping[str, LauncherNeed]] = {
         "multiworker": LauncherNeed("its cluster addresses are exchanged over MPI"),
         "ps": LauncherNeed("its cluster addresses are exchanged over MPI"),
@@ -151,6 +157,12 @@ class TensorFlowFramework(Framework):
         if point.precision == "tf32" and point.device != "cuda":
             why = f"tf32 is a CUDA matmul mode (TensorFloat-32): there is none on the {point.device}"
             yield "precision", why, allowed
+        if point.compile == "xla" and point.devices_per_rank > 1:
+            why = (
+                "compile: xla with several devices per rank: each replica's compiled loss would read the rank's "
+                "variables on another device, which XLA does not"
+            )
+            yield "compile", why, "compile unset with devices_per_rank > 1"
         if point.precision == "fp16" and point.backend == "ps":
             why = (
                 "fp16 trains with Keras' LossScaleOptimizer, whose step the ps backend does not run "
@@ -176,6 +188,7 @@ class TensorFlowFramework(Framework):
         self._comm: Comm | None = None  # the job's bookkeeping communicator (MPI or Horovod)
         self._own_comm: Comm | None = None  # one made here (Horovod without MPI)
         self._strategy: Any = None
+        self._mirrored: Any = None  # the MirroredStrategy over the rank's devices (devices_per_rank > 1)
         self._hvd: Any = None
         self._ps: Any = None  # tf_ps.ParameterServers
         self._exchange: Any = None  # the ParameterServers or the AllReduce: `step(rec, x, y)`
@@ -196,17 +209,11 @@ class TensorFlowFramework(Framework):
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
         self.threads = threads
+        replicas.make_devices(tf, point.device, point.devices_per_rank, renv.local_rank)
         if point.device == "cuda":
-            gpus = tf.config.list_physical_devices("GPU")
-            if gpus:
-                gpu = gpus[renv.local_rank % len(gpus)]
-                tf.config.set_visible_devices([gpu], "GPU")
-                tf.config.experimental.set_memory_growth(gpu, True)
             # TensorFlow computes float32 matmuls in TensorFloat-32 on Ampere and later by
             # default: fp32 means float32 here, tf32 asks for TensorFloat-32.
             tf.config.experimental.enable_tensor_float_32_execution(point.precision == "tf32")
-        else:
-            tf.config.set_visible_devices([], "GPU")
         self._comm = comm
         self.rank, self.size = renv.rank, renv.size
         self._point = point
@@ -277,8 +284,8 @@ class TensorFlowFramework(Framework):
             tf.function(update, jit_compile=True) if jit else update,
             optimizer.scale_loss if isinstance(optimizer, keras.optimizers.LossScaleOptimizer) else None,
         )
-        x_spec = tf.TensorSpec((point.batch_size, *train.x.shape[1:]), tf.as_dtype(train.x.dtype))
-        y_spec = tf.TensorSpec((point.batch_size, *train.y.shape[1:]), tf.as_dtype(train.y.dtype))
+        x_spec = tf.TensorSpec((point.rank_batch, *train.x.shape[1:]), tf.as_dtype(train.x.dtype))
+        y_spec = tf.TensorSpec((point.rank_batch, *train.y.shape[1:]), tf.as_dtype(train.y.dtype))
         # any batch size: the test's last batch may be short (one trace for both)
         any_batch = [tf.TensorSpec((None, *spec.shape[1:]), spec.dtype) for spec in (x_spec, y_spec)]
         self._evaluate = tf.function(evaluate, input_signature=any_batch, jit_compile=jit)
@@ -289,15 +296,18 @@ class TensorFlowFramework(Framework):
         else:
             bytes_per_pack = _int_option(point, "bytes_per_pack", 0, 0)
             specs = (x_spec, y_spec)
-            self._exchange = AllReduce(model, step, specs, bytes_per_pack, self.size, self._hvd)
+            # with several devices, the step's forward and backward on each (replicas.py)
+            self._mirrored, gradients = replicas.replicate(point.device, point.devices_per_rank)
+            self._exchange = AllReduce(model, step, specs, bytes_per_pack, self.size, self._hvd, gradients)
 
     def _model_and_optimizer(self, point: Point, tree: zoo.Model) -> tuple[Any, Any]:
-        """The Keras model and its optimizer, built (in the strategy's scope, if any)."""
+        """The Keras model and its optimizer, built (in the strategy's scope with one device)."""
         from hpcbench.frameworks.tensorflow import layers as tf_layers
 
-        with self._strategy.scope() if self._strategy is not None else contextlib.nullcontext():
+        scoped = self._strategy is not None and point.devices_per_rank == 1
+        with self._strategy.scope() if scoped else contextlib.nullcontext():
             model = tf_layers.build(tree)
-            optimizer = self._optimizer(point)
+            optimizer = optimizers.optimizer(point, self.momentum)
             optimizer.build(model.trainable_variables)
         return model, optimizer
 
@@ -306,21 +316,6 @@ class TensorFlowFramework(Framework):
         if split.x.ndim != 4:
             return split
         return data.Split(np.ascontiguousarray(split.x.transpose(0, 2, 3, 1)), split.y)
-
-    @classmethod
-    def _optimizer(cls, point: Point) -> Any:
-        """The point's optimizer; fp16: inside Keras' `LossScaleOptimizer` (dynamic loss
-        scaling: the gradients are exchanged scaled, unscaled and checked by its step, which
-        skips a step with a non-finite gradient on every rank alike)."""
-        import keras
-
-        if point.optimizer == "adam":
-            optimizer = keras.optimizers.Adam(point.lr)
-        else:
-            optimizer = keras.optimizers.SGD(point.lr, momentum=cls.momentum if point.optimizer == "momentum" else 0.0)
-        if point.precision == "fp16":
-            return keras.optimizers.LossScaleOptimizer(optimizer)
-        return optimizer
 
     # ----------------------------------------------------------------------------------
     # the timed step
@@ -376,6 +371,8 @@ class TensorFlowFramework(Framework):
             out["attention"] = ATTENTION
         if self._strategy is not None:
             out["tf_strategy"] = type(self._strategy).__name__
+        if self._mirrored is not None:
+            out["tf_replicas"] = replicas.describe(self._mirrored)
         if self._hvd is not None:
             import horovod
 

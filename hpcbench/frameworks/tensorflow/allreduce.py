@@ -36,6 +36,8 @@ from hpcbench.trace.recorder import Phase, Recorder
 GROUP_KEY = 0x4842  # "HB"
 
 Exchange = Callable[[int, list[Any]], list[Any]]  # graph code averaging pack k over every worker
+# graph code: (forward, variables, x, y, scale) -> (loss, forward end, gradients, backward end)
+Gradients = Callable[[Callable[[Any, Any], Any], list[Any], Any, Any, Any], tuple[Any, Any, list[Any], Any]]
 
 
 def packs(sizes: Sequence[int], bytes_per_pack: int, itemsize: int = 4) -> list[list[int]]:
@@ -117,15 +119,19 @@ def all_reduce_step(
     exchange: Exchange,
     x_spec: Any,
     y_spec: Any,
+    gradients: Gradients | None = None,
 ) -> Callable[[Any, Any], tuple[Any, Any]]:
     """The compiled training step of the all-reduce backends: loss and timestamps.
     `forward(x, y)` is the loss (an XLA-compiled function of its own under `compile: xla`:
     its backward is compiled too), `update(gradients)` the optimizer step, `scale` the
-    loss scaling (fp16) or None."""
+    loss scaling (fp16) or None; `gradients` forward and backward on the rank's several
+    devices (replicas.py), else `stamped_gradients` on its one."""
     import tensorflow as tf
 
+    local = gradients or stamped_gradients
+
     def train(x: Any, y: Any) -> tuple[Any, Any]:
-        loss, t_forward, grads, t_backward = stamped_gradients(forward, variables, x, y, scale)
+        loss, t_forward, grads, t_backward = local(forward, variables, x, y, scale)
         reduced: list[Any] = [None] * len(variables)
         begins, ends = [], []
         for k, group in enumerate(groups):
@@ -157,6 +163,7 @@ class AllReduce:
         bytes_per_pack: int,
         size: int,
         hvd: Any = None,
+        gradients: Gradients | None = None,
     ) -> None:
         variables = list(model.trainable_variables)
         sizes = [int(np.prod(v.shape)) for v in variables]
@@ -174,7 +181,9 @@ class AllReduce:
             exchange = horovod_pack(hvd)
         else:
             exchange = collective_pack(size, len(groups))
-        self._train = all_reduce_step(step.forward, step.update, variables, step.scale, groups, exchange, *specs)
+        self._train = all_reduce_step(
+            step.forward, step.update, variables, step.scale, groups, exchange, *specs, gradients
+        )
 
     def step(self, rec: Recorder, x: Any, y: Any) -> Any:
         """One compiled step on tensors `x`, `y`, then its marks and messages; returns the loss."""

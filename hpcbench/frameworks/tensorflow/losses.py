@@ -59,11 +59,21 @@ def loss_function(tree: zoo.Model) -> Callable[[Any, Any, Any], Any]:
         loss_obj = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
         def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return loss_obj(y, tf.cast(out, tf.float32))
+            return _unscaled(loss_obj(y, tf.cast(out, tf.float32)))
     else:
         mse = keras.losses.MeanSquaredError()
 
         def loss_fn(x: Any, y: Any, out: Any) -> Any:
-            return mse(tf.reshape(x, (tf.shape(x)[0], -1)), tf.cast(out, tf.float32))
+            return _unscaled(mse(tf.reshape(x, (tf.shape(x)[0], -1)), tf.cast(out, tf.float32)))
 
     return loss_fn
+
+
+def _unscaled(value: Any) -> Any:
+    """A Keras loss's value as the plain mean over its batch: inside a replica of a
+    `tf.distribute` strategy (several devices in a rank, replicas.py) Keras divides it by the
+    replicas in sync, which is undone here (the replicas scale their shares themselves)."""
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return value * float(replicas) if replicas > 1 else value
