@@ -1,22 +1,29 @@
 """Aggregating a large sweep into every metric: seconds and peak memory.
 
     python benchmarks/analysis_scale.py [--dir DIR] [--ranks 1024] [--iterations 10000] [--points 200]
+                                        [--small-points 10000] [--repeat 3]
 
 Writes (once; an existing DIR with the files is reused) synthetic point files through the
 real writer: one point of 1024 ranks x 10,000 iterations (one gradient message per rank
 and iteration, one resource sample per rank and second of run, an evaluation per rank at
 the end), plus a 200-point sweep (25 configurations x 8 scales, 1..128 ranks, 200
 iterations each, with messages, resource samples and 5 evaluations per rank). Then, in a
-fresh process, runs the whole analysis (`hpcbench.analysis.tables.analyse`: reading every
-file, the stats, repeats, evaluations and prediction tables) and prints its wall seconds
-and the process's peak RSS (VmHWM), and the seconds of the straggler analysis and message
-exposure alone. Goal: <= 5 s and <= 4 GB on 2 cores; the straggler part <= 1 s.
+fresh process, runs the whole analysis from the files, the cache bypassed
+(`hpcbench.analysis.pipeline.analyse`: reading every file, the stats, repeats, evaluations and
+prediction tables, the stragglers) and prints its wall seconds and the process's peak RSS
+(VmHWM), and the seconds of the straggler analysis and message exposure alone; then, each in a
+fresh process, the analysis that writes the cache (DIR/.hpcbench-cache) and the re-analysis
+of the unchanged sweep from it. `--small-points N` adds a sweep of N small points (1 and 2
+ranks x 50 iterations, with messages, resource samples and an evaluation) in DIR-small<N>,
+analysed the same ways. Goals: <= 3 s from the files (the straggler part <= 0.5 s of it) and
+<= 2 GB, the re-analysis <= 0.5 s; the 10,000 small points <= 30 s.
 """
 
 from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcbench.analysis.cache import CACHE_DIR
 from hpcbench.spec import Point
 from hpcbench.store import schema
 from hpcbench.testing.fabricate import write_point_file
@@ -113,6 +121,17 @@ def generate(directory: Path, ranks: int, iterations: int, points: int) -> None:
                 count += 1
 
 
+def generate_small(directory: Path, points: int) -> None:
+    """`points` small points: 1 and 2 ranks x 50 iterations of 5 models x 5 batch sizes, repeated with seeds."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for k in range(points):
+        model, batch, n = MODELS[k % 5], BATCHES[k // 5 % 5], 1 + k // 25 % 2
+        p = Point(model=model, batch_size=batch, ranks_per_node=n, iterations=40, seed=k // 50)
+        arrays = generate_arrays(n, 50, seed=k, warmup=10)
+        write_point_file(directory / f"{p.id}.h5", p, arrays[0], comm=arrays[1], resources=arrays[2],
+                         evals=arrays[3])  # fmt: skip
+
+
 def peak_rss_gb() -> float:
     """This process's own peak resident set (VmHWM). Not ru_maxrss: across exec, Linux keeps the
     larger of the old and the new image's peaks, so a child started by a parent that had just
@@ -126,27 +145,54 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
-def measure(directory: Path) -> None:
+def measure(directory: Path, mode: str) -> None:
+    """One analysis of `directory` in this fresh process: from the files (`files`, the cache
+    bypassed), or with the cache (`cached`: writing it where it is not yet there, else reading it)."""
     from hpcbench.analysis import pipeline
     from hpcbench.analysis.stragglers import exposure
     from hpcbench.analysis.stragglers import find as stragglers
 
     start = time.perf_counter()
-    analysis = pipeline.analyse(directory)
+    analysis = pipeline.analyse(directory, use_cache=mode == "cached")
     seconds = time.perf_counter() - start
     peak_gb = peak_rss_gb()
+    biggest = int(analysis.stats["ranks"].max())
+    cells = int((analysis.stats["ranks"] * analysis.stats["timed_iterations"]).sum())
+    what = f"analysed {len(analysis.stats)} points (largest {biggest} ranks; {cells:,} timed rank-iterations)"
+    if mode == "cached":
+        c = analysis.cache
+        print(f"{what} with the cache ({c.hits} entries read, {c.written} written, model "
+              f"{'read' if c.sweep_hit else 'computed'}): {seconds:.2f} s, peak RSS {peak_gb:.2f} GB")  # fmt: skip
+        return
     # the straggler part again, alone: the messages' exposure pass and the attribution and replay
     start = time.perf_counter()
     exposures = {p.point_id: exposure.of(p.iterations, p.comm) for p in analysis.data}
     stragglers.analyse(analysis.data, exposures)
     slow_seconds = time.perf_counter() - start
-    biggest = int(analysis.stats["ranks"].max())
-    cells = int((analysis.stats["ranks"] * analysis.stats["timed_iterations"]).sum())
     print(
-        f"analysed {len(analysis.stats)} points (largest {biggest} ranks; {cells:,} timed rank-iterations), "
-        f"{len(analysis.predictions)} predictions: {seconds:.2f} s, peak RSS {peak_gb:.2f} GB; "
-        f"of which straggler analysis and message exposure {slow_seconds:.2f} s"
+        f"{what}, {len(analysis.predictions)} predictions, from the files: {seconds:.2f} s, peak RSS "
+        f"{peak_gb:.2f} GB; of which straggler analysis and message exposure {slow_seconds:.2f} s"
     )
+
+
+def measure_all(directory: Path, repeat: int) -> None:
+    """`repeat` analyses from the files, then the cache written once and read `repeat` times,
+    each in a fresh process."""
+    shutil.rmtree(directory / CACHE_DIR, ignore_errors=True)
+    for _ in range(repeat):
+        subprocess.run([sys.executable, __file__, "--measure", str(directory), "--mode", "files"], check=True)
+    for _ in range(repeat + 1 if repeat else 0):  # the first writes the entries
+        subprocess.run([sys.executable, __file__, "--measure", str(directory), "--mode", "cached"], check=True)
+
+
+def generated(directory: Path, argv: list[str]) -> None:
+    """Generate the files of `directory` in a child (this process stays small, so the measuring
+    children start from a small image), unless it holds some."""
+    if any(directory.glob("*.h5")):
+        return
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, __file__, *argv], check=True)
+    print(f"generated {len(list(directory.glob('*.h5')))} point files in {time.perf_counter() - t0:.1f} s")
 
 
 def main() -> None:
@@ -155,27 +201,32 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=1024)
     ap.add_argument("--iterations", type=int, default=10_000)
     ap.add_argument("--points", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=3, help="fresh-process measurements")
+    ap.add_argument("--small-points", type=int, default=0, help="also a sweep of this many small points")
+    ap.add_argument("--repeat", type=int, default=3, help="fresh-process measurements of each kind")
     ap.add_argument("--measure", type=Path, help=argparse.SUPPRESS)  # the fresh process's part
+    ap.add_argument("--mode", default="files", choices=("files", "cached"), help=argparse.SUPPRESS)
     ap.add_argument("--generate", type=Path, help=argparse.SUPPRESS)  # the generating child's part
+    ap.add_argument("--generate-small", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate:
         generate(args.generate, args.ranks, args.iterations, args.points)
         return
+    if args.generate_small:
+        generate_small(args.generate_small, args.small_points)
+        return
     if args.measure:
-        measure(args.measure)
+        measure(args.measure, args.mode)
         return
     with tempfile.TemporaryDirectory(prefix="hpcbench-scale-") as tmp:
-        directory = args.dir or Path(tmp)
-        if not any(directory.glob("*.h5")):
-            t0 = time.perf_counter()
-            # in a child: this process stays small, so the measuring children start from a small image
-            argv = [sys.executable, __file__, "--generate", str(directory), "--ranks", str(args.ranks),
-                    "--iterations", str(args.iterations), "--points", str(args.points)]  # fmt: skip
-            subprocess.run(argv, check=True)
-            print(f"generated {len(list(directory.glob('*.h5')))} point files in {time.perf_counter() - t0:.1f} s")
-        for _ in range(args.repeat):
-            subprocess.run([sys.executable, __file__, "--measure", str(directory)], check=True)
+        directory = args.dir or Path(tmp) / "sweep"
+        directory.mkdir(parents=True, exist_ok=True)
+        generated(directory, ["--generate", str(directory), "--ranks", str(args.ranks),
+                              "--iterations", str(args.iterations), "--points", str(args.points)])  # fmt: skip
+        measure_all(directory, args.repeat)
+        if args.small_points:
+            small = directory.with_name(f"{directory.name}-small{args.small_points}")
+            generated(small, ["--generate-small", str(small), "--small-points", str(args.small_points)])
+            measure_all(small, args.repeat)
 
 
 if __name__ == "__main__":

@@ -186,16 +186,23 @@ def power_sampling(p: PointData) -> dict[str, Any]:
     out: dict[str, Any] = {"power_samples": math.nan, "power_sample_hz": math.nan}
     it, res = p.iterations, p.resources
     timed = it["warmup"] == 0 if it.size else np.zeros((0, 0), bool)
+    ranks = np.flatnonzero(timed.any(axis=1)) if timed.size else np.zeros(0, int)
+    begin = np.full(it.shape[0], np.inf)  # a rank without a timed iteration has no window
+    end = np.full(it.shape[0], -np.inf)
+    if ranks.size:
+        first, last = timed[ranks].argmax(axis=1), timed.shape[1] - 1 - timed[ranks, ::-1].argmax(axis=1)
+        begin[ranks], end[ranks] = it["t_start"][ranks, first], it["t_end"][ranks, last]
+    rank = res["rank"].astype(np.int64)
+    known = (rank >= 0) & (rank < it.shape[0])
+    rank, t = rank[known], res["t"][known]
+    inside = (t >= begin[rank]) & (t <= end[rank]) & np.isfinite(res["gpu_power_w"][known])
+    seen = np.bincount(rank[inside], minlength=it.shape[0])  # one pass over the samples, not one per rank
     counts, rates = [], []
-    for rank in range(it.shape[0]):
-        if not timed[rank].any():
-            continue
-        begin, end = float(it["t_start"][rank][timed[rank]][0]), float(it["t_end"][rank][timed[rank]][-1])
-        mine = res[(res["rank"] == rank) & (res["t"] >= begin) & (res["t"] <= end)]
-        n = int(np.isfinite(mine["gpu_power_w"]).sum()) if len(mine) else 0
-        if n and end > begin:
+    for r in ranks:
+        n, span = int(seen[r]), float(end[r]) - float(begin[r])
+        if n and span > 0:
             counts.append(n)
-            rates.append(n / (end - begin))
+            rates.append(n / span)
     if not counts:
         out["power_note"] = "no power samples: the sampler reads GPU power only (RAPL is read between flush blocks)"
         return out

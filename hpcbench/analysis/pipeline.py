@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import collectives, stats, workload
+from hpcbench.analysis import cache, loading, per_point, stats, workload
+from hpcbench.analysis.cache import CacheStats
+from hpcbench.analysis.loading import DerivedSweep
 from hpcbench.analysis.model import predict, validate
 from hpcbench.analysis.model.collectives import LinkCost
-from hpcbench.analysis.stragglers import exposure
 from hpcbench.analysis.stragglers import find as stragglers
-from hpcbench.analysis.tables import FileHook, evaluations_table, load, points_table, samples_table, stats_table
+from hpcbench.analysis.tables import FileHook, samples_table
 from hpcbench.errors import HpcbenchError
+from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 
 
@@ -25,7 +27,6 @@ class Analysis:
     """A sweep's tables and the notes on what should not be trusted."""
 
     directory: Path
-    data: list[PointData]
     points: pd.DataFrame
     stats: pd.DataFrame
     repeats: pd.DataFrame
@@ -37,6 +38,14 @@ class Analysis:
     headlines: list[str] = field(default_factory=list)  # what a reader needs first, atop the report
     slow: stragglers.SweepStragglers = field(default_factory=stragglers.SweepStragglers)  # why it is slow
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point x op x axis, where layouts run
+    specs: dict[str, Point] = field(default_factory=dict)  # each point's fields by point id, in file order
+    cache: CacheStats = field(default_factory=CacheStats)  # what came from the cache (cache.py)
+    sweep: DerivedSweep | None = field(default=None, repr=False)
+
+    @property
+    def data(self) -> list[PointData]:
+        """The point files' arrays, read on first use where the tables came from the cache."""
+        return self.sweep.data() if self.sweep is not None else []
 
     def samples(self) -> pd.DataFrame:
         return samples_table(self.data)
@@ -47,38 +56,54 @@ def analyse(
     target_accuracy: float | None = None,
     link: LinkCost | None = None,
     on_file: FileHook | None = None,
+    use_cache: bool = True,
 ) -> Analysis:
     """Load a sweep and derive every table. Raises HpcbenchError without a complete point.
-    `on_file`: as `load`'s."""
-    sweep = load(directory, on_file)
-    if not sweep.points:
-        raise HpcbenchError(f"{sweep.directory}: no complete point files to analyse")
+    `on_file`: as `load`'s; `use_cache`: take and keep what each point file derives in the
+    sweep directory's cache (cache.py; the model's tables too, where no `link` is given)."""
     if target_accuracy is not None and not 0 < target_accuracy <= 1:
         raise HpcbenchError(f"target accuracy {target_accuracy} is not a fraction in (0, 1]")
-    exposures = {p.point_id: exposure.of(p.iterations, p.comm) for p in sweep.points}  # messages: one pass
-    stats_frame = stats_table(sweep.points, target_accuracy, exposures)
-    slow = stragglers.analyse(sweep.points, exposures)
+    sweep = loading.load(directory, on_file, use_cache, target_accuracy)
+    if not sweep.points:
+        raise HpcbenchError(f"{sweep.directory}: no complete point files to analyse")
+    store = sweep.store if link is None else None  # a commbench-fitted link is not part of the key
+    key = cache.sweep_key(sweep.keys, target_accuracy)
+    model = store.sweep(key) if store is not None else None
+    if model is None:
+        sweep.data()  # the model reads the arrays: every file, an entry whose file changed derived again
+    if any(p.point.parallel for p in sweep.points):
+        sweep.with_collectives()
+    stats_frame = per_point.stats_table(sweep.points)
+    slow = per_point.straggler_tables(sweep.points)
     repeats = stats.repeats(stats_frame)
-    indexed = stats_frame.set_index("point")
-    preds = predict.predictions(sweep.points, indexed, link)
-    held = validate.held_out(sweep.points, indexed, link)
+    if model is None:
+        indexed = stats_frame.set_index("point")
+        model = {
+            "predictions": predict.predictions(sweep.data(), indexed, link),
+            "held_out": validate.held_out(sweep.data(), indexed, link),
+        }
+        if store is not None:
+            store.put_sweep(cache.sweep_key(sweep.keys, target_accuracy), model)
+    preds, held = model["predictions"], model["held_out"]
     notes = workload.notes(stats_frame) + stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
     headlines = [validate.headline(held), *_oversubscribed(preds), *([slow.headline] if slow.headline else [])]
-    by_axis = collectives.table(sweep.points) if collectives.has_layouts(sweep.points) else pd.DataFrame()
+    by_axis = per_point.collectives_table(sweep.points) if any(p.point.parallel for p in sweep.points) else None
     return Analysis(
         sweep.directory,
-        sweep.points,
-        points_table(sweep.points),
+        per_point.points_table(sweep.points),
         stats_frame,
         repeats,
-        evaluations_table(sweep.points),
+        per_point.evaluations_table(sweep.points),
         preds,
         sweep.warnings,
         notes,
         held,
         headlines,
         slow,
-        by_axis,
+        pd.DataFrame() if by_axis is None else by_axis,
+        {p.point_id: p.point for p in sweep.points},
+        sweep.cache_stats,
+        sweep,
     )
 
 

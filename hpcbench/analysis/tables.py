@@ -44,7 +44,7 @@ def point_files(directory: Path) -> list[Path]:
     return SweepDir(directory).results()  # earlier attempts kept aside are not points
 
 
-def _attempts(directory: Path) -> dict[str, int]:
+def attempts_of(directory: Path) -> dict[str, int]:
     """Point id -> how many earlier attempts of it are kept aside (`<id>.attempt<N>.h5`)."""
     counts: dict[str, int] = {}
     for path in directory.glob(f"*.attempt*{RESULT_SUFFIX}"):
@@ -69,39 +69,52 @@ def load(directory: Path | str, on_file: FileHook | None = None) -> SweepData:
     if not directory.is_dir():
         raise HpcbenchError(f"{directory}: no such sweep directory")
     data = SweepData(directory)
-    attempts = _attempts(directory)
+    attempts = attempts_of(directory)
     files = point_files(directory)
     for done, path in enumerate(files):
         if on_file is not None:
             on_file(done, len(files))
-        try:
-            point = read_point(path)
-        except HpcbenchError as exc:
-            data.warnings.append(f"skipped {path.name}: {exc}")
-            continue
-        if point.stopped:
-            done, planned = point.iterations.shape[1], point.attrs.get("n_iterations", "?")
-            why = point.attrs.get("stop_reason") or "no reason recorded"
-            data.warnings.append(
-                f"skipped {path.name}: stopped ({why}) after {done} of {planned} iterations, not complete; "
-                "`resume` reruns it"
-            )
-            continue
-        if not point.complete:
-            data.warnings.append(f"skipped {path.name}: status {point.status or 'unknown'}, not complete")
-            continue
-        if point.iterations.size == 0:
-            data.warnings.append(f"skipped {path.name}: no iterations recorded")
-            continue
-        if n := attempts.get(path.stem):
-            data.warnings.append(
-                f"{path.name}: its last, complete attempt only; {n} earlier incomplete attempt(s) kept aside are "
-                "not joined to it (a rerun starts again at iteration 0, it does not continue them)"
-            )
-        data.points.append(point)
+        point = read_checked(path, data.warnings)
+        if point is not None:
+            data.warnings.extend(attempt_warnings(path, attempts))
+            data.points.append(point)
     if on_file is not None:
         on_file(len(files), len(files))
     return data
+
+
+def read_checked(path: Path, warnings: list[str]) -> PointData | None:
+    """The point file at `path` where it is complete, else None and a warning saying why not."""
+    try:
+        point = read_point(path)
+    except HpcbenchError as exc:
+        warnings.append(f"skipped {path.name}: {exc}")
+        return None
+    if point.stopped:
+        done, planned = point.iterations.shape[1], point.attrs.get("n_iterations", "?")
+        why = point.attrs.get("stop_reason") or "no reason recorded"
+        warnings.append(
+            f"skipped {path.name}: stopped ({why}) after {done} of {planned} iterations, not complete; "
+            "`resume` reruns it"
+        )
+        return None
+    if not point.complete:
+        warnings.append(f"skipped {path.name}: status {point.status or 'unknown'}, not complete")
+        return None
+    if point.iterations.size == 0:
+        warnings.append(f"skipped {path.name}: no iterations recorded")
+        return None
+    return point
+
+
+def attempt_warnings(path: Path, attempts: dict[str, int]) -> list[str]:
+    """The warning on a complete point with earlier attempts kept aside (`attempts_of`), if it has any."""
+    if n := attempts.get(path.stem):
+        return [
+            f"{path.name}: its last, complete attempt only; {n} earlier incomplete attempt(s) kept aside are "
+            "not joined to it (a rerun starts again at iteration 0, it does not continue them)"
+        ]
+    return []
 
 
 def samples_table(points: list[PointData]) -> pd.DataFrame:

@@ -1,17 +1,19 @@
 """`python -m hpcbench.analyze`: tables and traces from point files.
 
-    python -m hpcbench.analyze SWEEP_DIR                     scaling table, printed and as SWEEP_DIR/summary.csv
+    python -m hpcbench.analyze SWEEP_DIR [--no-cache]        scaling table, printed and as SWEEP_DIR/summary.csv
     python -m hpcbench.analyze trace POINT.h5 -o TRACE.json [--ideal] [--force]
                                                              Chrome-trace / Perfetto JSON of one point (with
                                                              the what-if timeline beside it)
-    python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...]
+    python -m hpcbench.analyze report SWEEP_DIR [--target-accuracy 0.98] [--commbench FILE.h5 ...] [--no-cache]
                                                              report.html, report.md and CSV tables
 
-Needs numpy, pandas, h5py and matplotlib only: it runs anywhere the point files can be copied to.
+Needs numpy, pandas, h5py and plotly only: it runs anywhere the point files can be copied to.
 Exit status 0, or 2 with one line on stderr for bad input (a missing or damaged file, no
 complete point, a sweep directory that cannot be written, a refused -o; the output policy is
 hpcbench.sweepdir.outputs'). `analyze` and `report` rewrite their own files in the sweep
-directory on every run; `trace -o` never replaces a file without `--force`.
+directory on every run; `trace -o` never replaces a file without `--force`. Both keep what
+each point file derives in SWEEP_DIR/.hpcbench-cache/ (hpcbench.analysis.cache), used while
+the file is unchanged; `--no-cache` neither uses nor writes it.
 """
 
 from __future__ import annotations
@@ -25,11 +27,10 @@ from typing import Any, TextIO
 
 import pandas as pd
 
-from hpcbench.analysis import collectives, energy, metrics, pipeline, resources, tables, workload
+from hpcbench.analysis import cache, energy, loading, metrics, per_point, pipeline, resources, tables, workload
 from hpcbench.analysis.export import chrome as trace_export
 from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
-from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
 from hpcbench.cli.main import find_command
@@ -40,6 +41,7 @@ from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.outputs import OutputFile, check_file, probe_writable
 
 PROG = "hpcbench.analyze"
+NO_CACHE_HELP = f"read every point file again, neither using nor writing {cache.CACHE_DIR}/ (the derived tables' cache)"
 SUMMARY = "summary.csv"  # written into the sweep directory
 
 _IDENT = [("point", "point"), ("framework", "framework"), ("backend", "backend"), ("model", "model"),
@@ -105,18 +107,22 @@ def _sweep_dir(directory: Path) -> None:
         raise HpcbenchError(f"{directory}: {what}")
 
 
-def cmd_summary(directory: Path, out: TextIO) -> int:
+def cmd_summary(directory: Path, out: TextIO, use_cache: bool = True) -> int:
     _sweep_dir(directory)
     summary = directory / SUMMARY
     with OutputFile(summary, option="", own=True) as output:  # a read-only sweep stops here
-        sweep = load_sweep(directory, "analyse")
-        points = [(p.point, p.point_id, p.iterations) for p in sweep.points]
-        table = workload.add(metrics.summary(points, [p.comm for p in sweep.points]), sweep.points)
-        table = energy.add(table, sweep.points)
+        with FileProgress() as tick:
+            sweep = loading.load(directory, on_file=tick, use_cache=use_cache)
+        for warning in sweep.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        if not sweep.points:
+            raise HpcbenchError(f"{directory}: no complete point files to analyse")
+        table = per_point.summary_table(sweep.points)
         output.write_text(table.to_csv(index=False))
     print(format_table(table), file=out)
-    if collectives.has_layouts(sweep.points):
-        print(format_collectives(collectives.table(sweep.points)), file=out)
+    if any(p.point.parallel for p in sweep.points):
+        sweep.with_collectives()
+        print(format_collectives(per_point.collectives_table(sweep.points)), file=out)
     for note in workload.notes(table):
         print(f"note: {note}", file=out)
     if note := energy.sweep_note(table):  # one line for the sweep, not one per point
@@ -124,11 +130,10 @@ def cmd_summary(directory: Path, out: TextIO) -> int:
     for note in metrics.warnings_for(table):
         print(f"note: {note}", file=out)
     for p in sweep.points:
-        where = placement_of(p)
-        if where.oversubscribed:
-            print(f"note: point {p.point_id}: oversubscribed: {where.describe()}; "
+        if p.placement:
+            print(f"note: point {p.point_id}: oversubscribed: {p.placement}; "
                   "compute and CPU collectives are time-shared", file=out)  # fmt: skip
-        for note in resources.host_notes(p.point_id, resources.of_point(p)):
+        for note in resources.host_notes(p.point_id, p.resources):
             print(f"note: {note}", file=out)
     print(f"wrote {summary} ({len(table)} points)", file=out)
     return 0
@@ -158,9 +163,11 @@ def _chrome_trace(path: Path, ideal: bool) -> dict[str, Any]:
     return trace
 
 
-def cmd_report(directory: Path, target: float | None, commbench: list[Path], out: TextIO) -> int:
+def cmd_report(
+    directory: Path, target: float | None, commbench: list[Path], out: TextIO, use_cache: bool = True
+) -> int:
     from hpcbench.analysis.model.linkfit import link_from_commbench
-    from hpcbench.analysis.report import html as report  # matplotlib only for this command
+    from hpcbench.analysis.report import html as report  # plotly only for this command
 
     _sweep_dir(directory)
     for name in report_files():  # the report's own files, rewritten on every run; a read-only sweep stops here
@@ -168,7 +175,7 @@ def cmd_report(directory: Path, target: float | None, commbench: list[Path], out
     probe_writable("", directory)
     link: LinkCost | None = link_from_commbench(commbench) if commbench else None
     with FileProgress() as tick:
-        analysis = pipeline.analyse(directory, target_accuracy=target, link=link, on_file=tick)
+        analysis = pipeline.analyse(directory, target, link, on_file=tick, use_cache=use_cache)
     for warning in analysis.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     paths = report.write_report(analysis)
@@ -184,7 +191,8 @@ def report_files() -> list[str]:
     from hpcbench.analysis.report import html as report
     from hpcbench.analysis.report import stragglers as straggler_report
 
-    return [f"{name}.csv" for name in (*report.CSV_TABLES, *straggler_report.CSV)] + ["report.md", "report.html"]
+    tables = [f"{name}.csv" for name in (*report.CSV_TABLES, *straggler_report.CSV)]
+    return tables + report.figure_files() + ["report.md", "report.html"]
 
 
 def _fraction(text: str) -> float:
@@ -208,6 +216,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
         "analyze", aliases=["summary"], help="scaling table of a sweep directory (the default command)"
     )
     summary.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
+    summary.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     trace = sub.add_parser("trace", help="Chrome-trace / Perfetto JSON of one point file")
     trace.add_argument("point", help="a point file (<id>.h5)")
     trace.add_argument("-o", "--output", required=True, help="where to write the JSON trace (a new file)")
@@ -218,6 +227,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
     report.add_argument("dir", help="sweep directory (holding <point>.h5 files)")
     report.add_argument("--target-accuracy", type=_fraction, help="accuracy (fraction) for time-to-accuracy")
     report.add_argument("--commbench", nargs="+", default=[], help="commbench files to fit α and β on")
+    report.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     args_list, _ = find_command(args_list, ("analyze", "summary", "trace", "report"), default="analyze")
     args = p.parse_args(args_list)
 
@@ -225,8 +235,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout, prog: str 
         if args.command == "trace":
             return cmd_trace(Path(args.point), Path(args.output), out, args.ideal, args.force)
         if args.command == "report":
-            return cmd_report(Path(args.dir), args.target_accuracy, [Path(c) for c in args.commbench], out)
-        return cmd_summary(Path(args.dir), out)
+            commbench = [Path(c) for c in args.commbench]
+            return cmd_report(Path(args.dir), args.target_accuracy, commbench, out, not args.no_cache)
+        return cmd_summary(Path(args.dir), out, not args.no_cache)
 
     return failure.guarded(command, prog or PROG, args.verbose)
 

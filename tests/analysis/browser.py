@@ -1,7 +1,8 @@
 """A headless Chromium driven through the DevTools protocol over --remote-debugging-pipe.
 
 Chromium reads NUL-terminated JSON commands on fd 3 and writes replies and events on fd 4;
-no websocket library and no network port are needed.
+no websocket library and no network port are needed. Its proxy leads nowhere: a page that
+needs the network fails to load what it asks for, and every request it makes is recorded.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--remote-debugging-pipe",
+    "--remote-debugging-pipe", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
+    "--window-size=1280,900",
 ]  # fmt: skip
 
 
@@ -52,6 +54,11 @@ class PageResult:
     images: list[dict[str, Any]]
     errors: list[str] = field(default_factory=list)
     title: str = ""
+    requests: list[str] = field(default_factory=list)  # every URL the page asked for, itself included
+    values: dict[str, Any] = field(default_factory=dict)  # what each check script returned
+    load_ms: float = 0.0  # navigation start to the end of the load event, as the page's own clock saw it
+    hover: str = ""  # the text shown after the mouse moved onto the `hover` element (real input events)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # the page's main thread's CPU seconds: at load, after checks
 
 
 class Chromium:
@@ -132,22 +139,83 @@ class Chromium:
                 return event
         return None
 
-    def open(self, url: str, timeout: float = 60) -> PageResult:
-        """Load `url` in a new tab; its images' state and every console error or exception."""
+    def evaluate(self, session: str, expression: str, timeout: float = 30) -> Any:
+        """The value of a JavaScript expression in the page (a promise is awaited)."""
+        params = {"expression": expression, "returnByValue": True, "awaitPromise": True}
+        reply = self.send("Runtime.evaluate", params, session=session, timeout=timeout)
+        if "exceptionDetails" in reply:
+            raise RuntimeError(f"{expression[:80]}: {json.dumps(reply['exceptionDetails'])[:500]}")
+        return reply["result"].get("value")
+
+    def _thread_time(self, session: str) -> float:
+        """CPU seconds the page's main thread has run (Performance.getMetrics' ThreadTime): a
+        figure a busy machine moves less than wall time."""
+        metrics = self.send("Performance.getMetrics", session=session)["metrics"]
+        return float(next((m["value"] for m in metrics if m["name"] == "ThreadTime"), float("nan")))
+
+    def _center(self, session: str, selector: str) -> tuple[float, float] | None:
+        """The first element matching `selector`, scrolled into view: its centre in the viewport."""
+        find = (
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
+            "e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect(); "
+            "return [r.left + r.width / 2, r.top + r.height / 2]; })()"
+        )
+        where = self.evaluate(session, find)
+        return None if where is None else (float(where[0]), float(where[1]))
+
+    def _hover(self, session: str, selector: str, timeout: float = 5) -> str:
+        """Move the mouse (Input events, as a user's) onto the first element matching `selector`
+        and return the text plotly's hover layer then shows ('' if none appears)."""
+        where = self._center(session, selector)
+        if where is None:
+            return ""
+        for dx in (0.0, 1.0):  # a second move: plotly reacts to the pointer moving over its plot
+            event = {"type": "mouseMoved", "x": where[0] + dx, "y": where[1]}
+            self.send("Input.dispatchMouseEvent", event, session=session)
+        text = ""
+        deadline = time.monotonic() + timeout
+        while not text and time.monotonic() < deadline:
+            text = self.evaluate(session, "Array.from(document.querySelectorAll('.hoverlayer .hovertext'))"
+                                 ".map(e => e.textContent).join('\\n')") or ""  # fmt: skip
+            time.sleep(0.1)
+        return text
+
+    def _click(self, session: str, selector: str) -> bool:
+        """A left click (press and release, Input events) on the first element matching `selector`."""
+        where = self._center(session, selector)
+        if where is None:
+            return False
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            event = {"type": kind, "x": where[0], "y": where[1], "button": "left", "clickCount": 1}
+            self.send("Input.dispatchMouseEvent", event, session=session)
+        return True
+
+    def open(self, url: str, timeout: float = 60, checks: dict[str, str] | None = None, hover: str | None = None,
+             click: str | None = None, after_click: dict[str, str] | None = None) -> PageResult:  # fmt: skip
+        """Load `url` in a new tab; its images' state, every console error or exception, every
+        request, the value of each of `checks` (JavaScript expressions), with `hover` (a CSS
+        selector) the hover text shown with the mouse on that element, and with `click` (a CSS
+        selector) the values of `after_click` once the mouse has clicked that element."""
         target = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
+        for domain in ("Page", "Runtime", "Log", "Network", "Performance"):
             self.send(f"{domain}.enable", session=session)
         self.events.clear()
         self.send("Page.navigate", {"url": url}, session=session)
         loaded = self.wait_event("Page.loadEventFired", timeout) is not None
         script = (
             "JSON.stringify({title: document.title, images: Array.from(document.images).map(i => "
-            "({alt: i.alt, complete: i.complete, naturalWidth: i.naturalWidth, naturalHeight: i.naturalHeight}))})"
+            "({alt: i.alt, complete: i.complete, naturalWidth: i.naturalWidth, naturalHeight: i.naturalHeight})), "
+            "load: performance.getEntriesByType('navigation').map(n => n.loadEventEnd)[0] || 0})"
         )
-        value = self.send("Runtime.evaluate", {"expression": script, "returnByValue": True}, session=session)
-        page = json.loads(value["result"]["value"])
-        errors = []
+        page = json.loads(self.evaluate(session, script))
+        cpu = {"load": self._thread_time(session)}
+        values = {name: self.evaluate(session, expression) for name, expression in (checks or {}).items()}
+        cpu["checks"] = self._thread_time(session)
+        hovered = self._hover(session, hover) if hover else ""
+        if click and self._click(session, click):
+            values.update({name: self.evaluate(session, expr) for name, expr in (after_click or {}).items()})
+        errors, requests = [], []
         for event in self.events:
             params = event.get("params", {})
             if event.get("method") == "Runtime.exceptionThrown":
@@ -156,12 +224,15 @@ class Chromium:
                 errors.append(json.dumps(params.get("args", []))[:500])
             elif event.get("method") == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":
                 errors.append(params["entry"].get("text", "")[:500])
-        return PageResult(loaded, page["images"], errors, page["title"])
+            elif event.get("method") == "Network.requestWillBeSent":
+                requests.append(params.get("request", {}).get("url", ""))
+        return PageResult(loaded, page["images"], errors, page["title"], requests, values, page["load"], hovered, cpu)
 
 
-def open_page(path: Path, binary: str) -> PageResult:
+def open_page(path: Path, binary: str, checks: dict[str, str] | None = None, hover: str | None = None,
+              click: str | None = None, after_click: dict[str, str] | None = None) -> PageResult:  # fmt: skip
     browser = Chromium(binary)
     try:
-        return browser.open(path.resolve().as_uri())
+        return browser.open(path.resolve().as_uri(), checks=checks, hover=hover, click=click, after_click=after_click)
     finally:
         browser.close()

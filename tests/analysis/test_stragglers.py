@@ -294,7 +294,7 @@ def test_report_writes_the_tables_and_the_headline(tmp_path: Path) -> None:
     first = page.index('class="headline">Straggler: rank 1 on host node0 costs')
     assert first < page.index("<h2>")
     for title in ("Compute time per rank and iteration", "Cost of each rank", "Slow hosts across the sweep"):
-        assert f'alt="{title}"' in page
+        assert f'data-title="{title}"' in page
     stats = pipeline.analyse(tmp_path).stats
     assert {"comm_union_share", "comm_exposed_share"} <= set(stats)
     # the points record no messages: both shares are empty (docs/metrics-and-model.md), not 0 %

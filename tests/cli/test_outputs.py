@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcbench.analysis.cache import CACHE_DIR
 from hpcbench.cli import main as cli
 from hpcbench.sweepdir import outputs
 from hpcbench.sweepdir.outputs import OutputError, OutputFile, check_file
@@ -362,7 +363,8 @@ def test_analyze_rewrites_its_own_summary(tmp_path: Path, capsys: pytest.Capture
     (sweep / "summary.csv").write_text("stale")
     assert hpcbench("analyze", sweep)[0] == 0
     assert (sweep / "summary.csv").read_text().startswith("point,")
-    assert not [p for p in sweep.iterdir() if p.name.startswith(".")]  # no temporary file left
+    assert not [p for p in sweep.iterdir() if p.name.startswith(".") and p.name != CACHE_DIR]  # no temporary file left
+    assert not list((sweep / CACHE_DIR).glob(".*"))  # nor in the analysis cache
 
 
 def test_the_issues_cases_as_a_user_runs_them(area: Path, tmp_path: Path) -> None:

@@ -1,222 +1,296 @@
-"""The report's figures (matplotlib, Agg backend), each from the analysis tables.
+"""The report's figures (plotly), each registered in page order from the analysis tables.
 
-Every function returns a Figure, or None when the tables hold nothing it could show (the
-report then says so instead of drawing an empty axis).
+Every figure returns a Plot, or None when the tables hold nothing it could show (the report
+then says so instead of drawing an empty axis). The straggler figures are in stragglers.py.
 """
 
 from __future__ import annotations
 
-import base64
-import io
-from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-import matplotlib
-
-matplotlib.use("Agg")  # no display: the report is written on login nodes and in CI
-
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.axes import Axes
-from matplotlib.figure import Figure
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
 from hpcbench.analysis.metric_table import metric
+from hpcbench.analysis.report.plot import (
+    FACET_OVER,
+    HOVER,
+    Panel,
+    Plot,
+    also,
+    bars_height,
+    color,
+    figure,
+    finish,
+    finite,
+    hover_data,
+    label_bars,
+    lines_vs_ranks,
+    point_label,
+    series,
+)
 from hpcbench.store.schema import PHASES
 
-SERIES = ["framework", "backend", "model", "batch_size"]
-SIZE = (7.0, 4.0)
-DPI = 90
+if TYPE_CHECKING:
+    from hpcbench.analysis.pipeline import Analysis
+
+_series = series  # the lines of a vs-N figure (tests read them by this name)
+__all__ = ["point_label"]
 
 
-def _also(row: pd.Series, column: str) -> str:
-    """A row's text in `column` (report/html.py's `differs`, `series`), '' where it has none."""
-    value = row.get(column, "")
-    return f" {value}" if isinstance(value, str) and value else ""
-
-
-def point_label(row: pd.Series) -> str:
-    """A point's label; with the table's `differs` column (report/html.py), what tells it apart
-    from points of the same framework, backend, model, N and batch."""
-    base = f"{row['framework']}/{row['backend']} {row['model']} N={int(row['ranks'])} b={int(row['batch_size'])}"
-    return base + _also(row, "differs")
-
-
-def _series(table: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
-    """Lines of a vs-N plot: one per framework, backend, model and batch (and, with the table's
-    `series` column, whatever else tells configurations apart), mean over repeats."""
-    keys = [*SERIES, "series"] if "series" in table else SERIES
-    for key, group in table.groupby(keys, sort=True):
-        framework, backend, model, batch = key[:4]
-        also = f" {key[4]}" if len(key) > 4 and key[4] else ""
-        line = group.groupby("ranks", as_index=False).mean(numeric_only=True)
-        yield f"{framework}/{backend} {model} b={batch}{also}", line
-
-
-def _finished(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str) -> Figure:
-    """`fig` with its one plot's axes labelled, titled, gridded and its legend drawn."""
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def _vs_ranks(table: pd.DataFrame, column: str, ylabel: str, title: str, ideal: bool = False) -> Figure | None:
-    data = table[np.isfinite(table[column].astype(float))] if column in table else table.iloc[0:0]
-    if data.empty:
-        return None
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    for label, group in _series(data):
-        ax.plot(group["ranks"], group[column], marker="o", label=label)
-    if ideal:
-        ax.axhline(1.0, color="grey", linestyle=":", linewidth=1, label="ideal")
-    ax.set_xscale("log", base=2)
-    return _finished(fig, ax, "ranks N", ylabel, title)
-
-
-def _metric_vs_ranks(stats: pd.DataFrame, key: str) -> Figure | None:
+def _metric_vs_ranks(stats: pd.DataFrame, key: str) -> Plot | None:
     """A metric's figure, its axis label and title from the metric table."""
     m = metric(key)
-    return _vs_ranks(stats, m.key, m.formula, m.title, ideal=m.ideal)
+    return lines_vs_ranks(stats, [Panel(m.key, m.formula)], m.title, ideal=1.0 if m.ideal else None)
 
 
-def throughput(stats: pd.DataFrame) -> Figure | None:
+@figure("Throughput vs ranks")
+def throughput(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     return _metric_vs_ranks(stats, "throughput")
 
 
-def efficiency(stats: pd.DataFrame) -> Figure | None:
+@figure("Scaling efficiency vs ranks")
+def efficiency(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     return _metric_vs_ranks(stats, "efficiency")
 
 
-def comm_share(stats: pd.DataFrame) -> Figure | None:
-    return _metric_vs_ranks(stats, "comm_share")
+def _labelled(stats: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """Each row's label and point id."""
+    return [point_label(r) for _, r in stats.iterrows()], [str(p) for p in stats["point"]]
 
 
-def _bars(labels: list[str], height: float = 0.45) -> tuple[Figure, Axes]:
-    fig, ax = plt.subplots(figsize=(SIZE[0], max(2.5, 0.9 + height * len(labels))), dpi=DPI)
-    return fig, ax
-
-
-def phases(stats: pd.DataFrame) -> Figure | None:
-    """Stacked horizontal bars: mean seconds per phase, and the time in no phase."""
+@figure("Phase breakdown")
+def phases(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
+    """Stacked horizontal bars: mean milliseconds per phase, and the time in no phase."""
     if stats.empty:
         return None
-    labels = [point_label(r) for _, r in stats.iterrows()]
-    fig, ax = _bars(labels)
-    left = np.zeros(len(stats))
-    parts = [*PHASES, "other"]
+    labels, ids = _labelled(stats)
+    custom = hover_data(labels, ids)
     accounted = stats[[f"{p}_s" for p in PHASES]].sum(axis=1).to_numpy()
-    for phase in parts:
-        values = (
+    data = pd.DataFrame({"point": ids, "label": labels})
+    fig = go.Figure()
+    for i, phase in enumerate([*PHASES, "other"]):
+        seconds = (
             np.clip(stats["t_iter_s"].to_numpy() - accounted, 0, None)
             if phase == "other"
             else stats[f"{phase}_s"].to_numpy()
         )
-        ax.barh(labels, values * 1e3, left=left, label=phase)
-        left += values * 1e3
-    ax.set_xlabel("ms per iteration (mean over ranks; other = t_iter − phases)")
-    ax.set_title("Where an iteration's time goes")
-    ax.invert_yaxis()
-    ax.legend(fontsize="small", ncol=4)
-    fig.tight_layout()
-    return fig
+        data[f"{phase}_ms"] = seconds * 1e3
+        fig.add_trace(
+            go.Bar(
+                y=ids,
+                x=seconds * 1e3,
+                orientation="h",
+                name=phase,
+                marker={"color": color(i)},
+                customdata=custom,
+                hovertemplate=HOVER + f"{phase}: %{{x:.3g}} ms<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    label_bars(fig, ids, labels)
+    fig.update_xaxes(title_text="ms per iteration (mean over ranks; other = t_iter − phases)")
+    return Plot(finish(fig, "Where an iteration's time goes", bars_height(len(ids)), below=True), data)
 
 
-def lif(stats: pd.DataFrame) -> Figure | None:
+@figure("Load-imbalance factor")
+def lif(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     data = stats[np.isfinite(stats["lif"].astype(float))]
     if data.empty:
         return None
-    labels = [point_label(r) for _, r in data.iterrows()]
-    fig, ax = _bars(labels)
-    ax.barh(labels, data["lif"], color="tab:purple")
-    ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlim(left=min(0.95, float(data["lif"].min()) - 0.01))
-    ax.set_xlabel("LIF = mean over iterations of max_r c / mean_r c (1.0 = balanced)")
-    ax.set_title("Load-imbalance factor")
-    ax.invert_yaxis()
-    fig.tight_layout()
-    return fig
+    labels, ids = _labelled(data)
+    fig = go.Figure(
+        go.Bar(
+            y=ids,
+            x=data["lif"],
+            orientation="h",
+            name="LIF",
+            marker={"color": "#9467bd"},
+            customdata=hover_data(labels, ids),
+            hovertemplate=HOVER + "LIF %{x:.3f}<extra></extra>",
+        )
+    )
+    fig.add_vline(x=1.0, line={"color": "grey", "dash": "dot", "width": 1})
+    fig.update_xaxes(
+        range=[min(0.95, float(data["lif"].min()) - 0.01), float(data["lif"].max()) * 1.02],
+        title_text="LIF = mean over iterations of max_r c / mean_r c (1.0 = balanced)",
+    )
+    label_bars(fig, ids, labels)
+    table = pd.DataFrame({"point": ids, "label": labels, "lif": data["lif"].to_numpy()})
+    return Plot(finish(fig, "Load-imbalance factor", bars_height(len(ids))), table)
 
 
-def resources(stats: pd.DataFrame) -> Figure | None:
+@figure("Communication share")
+def comm_share(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
+    """The share of the step with a message in flight, and the share exposed (in flight after
+    backward ended), against N (analysis/metrics.py computes both)."""
+    panels = [
+        Panel(key, f"{metric(key).label} (% of t_iter)", 100.0) for key in ("comm_union_share", "comm_exposed_share")
+    ]
+    return lines_vs_ranks(stats, panels, "Communication: share of the step in flight, and exposed")
+
+
+@figure("Resource use")
+def resources(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     cols = ["cpu_user", "cpu_system", "cpu_iowait", "mem_avg_mib", "mem_max_mib"]
-    data = stats[np.isfinite(stats[cols].astype(float)).any(axis=1)] if set(cols) <= set(stats) else stats.iloc[0:0]
+    data: pd.DataFrame = stats[finite(stats[cols]).any(axis=1)] if set(cols) <= set(stats) else stats.iloc[0:0]
     if data.empty:
         return None
-    labels = [point_label(r) for _, r in data.iterrows()]
-    fig, (cpu, mem) = plt.subplots(1, 2, figsize=(SIZE[0] * 1.4, max(2.5, 0.9 + 0.45 * len(labels))), dpi=DPI)
-    left = np.zeros(len(data))
-    for col, name in (("cpu_user", "%user"), ("cpu_system", "%system"), ("cpu_iowait", "%iowait")):
-        values = np.nan_to_num(data[col].to_numpy(dtype=float))
-        cpu.barh(labels, values, left=left, label=name)
-        left += values
-    cpu.set_xlabel("CPU % of the node (sysstat)")
-    cpu.set_title("CPU use")
-    cpu.invert_yaxis()
-    cpu.legend(fontsize="small")
-    y = np.arange(len(data))
-    mem.barh(y - 0.2, np.nan_to_num(data["mem_avg_mib"].to_numpy(dtype=float)), height=0.4, label="avg")
-    mem.barh(y + 0.2, np.nan_to_num(data["mem_max_mib"].to_numpy(dtype=float)), height=0.4, label="max")
-    mem.set_yticks(y, [""] * len(y))
-    mem.set_xlabel("RSS per rank (MiB)")
-    mem.set_title("Memory")
-    mem.invert_yaxis()
-    mem.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
+    labels, ids = _labelled(data)
+    custom = hover_data(labels, ids)
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["CPU use", "Memory"])
+    for i, (col, name) in enumerate((("cpu_user", "%user"), ("cpu_system", "%system"), ("cpu_iowait", "%iowait"))):
+        fig.add_trace(
+            go.Bar(
+                y=ids,
+                x=np.nan_to_num(data[col].to_numpy(dtype=float)),
+                orientation="h",
+                name=name,
+                marker={"color": color(i)},
+                customdata=custom,
+                hovertemplate=HOVER + f"{name}: %{{x:.1f}}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+    for i, (col, name) in enumerate((("mem_avg_mib", "RSS avg"), ("mem_max_mib", "RSS max")), start=3):
+        fig.add_trace(
+            go.Bar(
+                y=ids,
+                x=np.nan_to_num(data[col].to_numpy(dtype=float)),
+                orientation="h",
+                name=name,
+                marker={"color": color(i)},
+                customdata=custom,
+                offsetgroup=name,
+                hovertemplate=HOVER + f"{name}: %{{x:.0f}} MiB<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    fig.update_layout(barmode="stack")
+    label_bars(fig, ids, labels)
+    fig.update_xaxes(title_text="CPU % of the node (sysstat)", row=1, col=1)
+    fig.update_xaxes(title_text="RSS per rank (MiB)", row=1, col=2)
+    table = data[["point", *cols]].assign(label=labels)
+    return Plot(finish(fig, "CPU and memory", bars_height(len(ids))), table)
 
 
-def predicted_vs_measured(predictions: pd.DataFrame) -> Figure | None:
+def _labels_by_point(stats: pd.DataFrame) -> dict[str, str]:
+    return {str(r["point"]): point_label(r) for _, r in stats.iterrows()} if "point" in stats else {}
+
+
+@figure("Predicted vs measured")
+def predicted_vs_measured(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
+    predictions = analysis.predictions
     if predictions.empty or "predicted_t_iter_s" not in predictions:
         return None
     data = predictions[np.isfinite(predictions["predicted_t_iter_s"].astype(float))]
     if data.empty:
         return None
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
+    names = _labels_by_point(stats)
+    ids = [str(p) for p in data["point"]]
+    custom = hover_data([names.get(p, p) for p in ids], ids)
     measured = data["measured_t_iter_s"].to_numpy(dtype=float) * 1e3
     predicted = data["predicted_t_iter_s"].to_numpy(dtype=float) * 1e3
     serial = data["predicted_no_overlap_s"].to_numpy(dtype=float) * 1e3
     cal = data["calibration"].to_numpy(dtype=bool)
-    ax.scatter(measured[~cal], predicted[~cal], label="predicted (wait-free backprop)", marker="o")
-    ax.scatter(measured[~cal], serial[~cal], label="predicted (no overlap)", marker="x")
-    ax.scatter(measured[cal], predicted[cal], label="calibration points", marker="s", facecolors="none", edgecolors="k")
+    fig = go.Figure()
+    hover = HOVER + "measured %{x:.3g} ms<br>predicted %{y:.3g} ms<extra>%{fullData.name}</extra>"
+    for name, y, mask, marker in (
+        ("predicted (wait-free backprop)", predicted, ~cal, {"symbol": "circle", "color": color(0)}),
+        ("predicted (no overlap)", serial, ~cal, {"symbol": "x", "color": color(1)}),
+        ("calibration points", predicted, cal, {"symbol": "square-open", "color": "black"}),
+    ):
+        fig.add_trace(
+            go.Scatter(
+                x=measured[mask],
+                y=y[mask],
+                mode="markers",
+                name=name,
+                marker=marker,
+                customdata=custom[mask],
+                hovertemplate=hover,
+            )
+        )
     hi = float(np.nanmax([measured.max(), predicted.max(), serial.max()])) * 1.1
-    ax.plot([0, hi], [0, hi], color="grey", linestyle=":", linewidth=1, label="prediction = measurement")
-    ax.set_xlim(0, hi)
-    ax.set_ylim(0, hi)
-    return _finished(
-        fig, ax, "measured t_iter (ms)", "predicted t_iter (ms)", "Performance model: predicted vs measured"
+    fig.add_trace(
+        go.Scatter(
+            x=[0, hi],
+            y=[0, hi],
+            mode="lines",
+            name="prediction = measurement",
+            hoverinfo="skip",
+            line={"color": "grey", "dash": "dot", "width": 1},
+        )
     )
+    fig.update_xaxes(range=[0, hi], title_text="measured t_iter (ms)")
+    fig.update_yaxes(range=[0, hi], title_text="predicted t_iter (ms)")
+    table = pd.DataFrame(
+        {
+            "point": ids,
+            "label": custom[:, 0],
+            "calibration": cal,
+            "measured_ms": measured,
+            "predicted_wfbp_ms": predicted,
+            "predicted_no_overlap_ms": serial,
+        }
+    )
+    return Plot(finish(fig, "Performance model: predicted vs measured", 460), table)
 
 
-def accuracy_vs_time(evaluations: pd.DataFrame, stats: pd.DataFrame) -> Figure | None:
+def _line_names(stats: pd.DataFrame) -> dict[str, str]:
+    """Each point's vs-N line (plot.series' names): its configuration but N and the repeat."""
+    out = {}
+    for _, r in stats.iterrows():
+        out[str(r["point"])] = (
+            f"{r['framework']}/{r['backend']} {r['model']} b={int(r['batch_size'])}{also(r, 'series')}"
+        )
+    return out
+
+
+@figure("Accuracy vs training time")
+def accuracy_vs_time(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
+    """Each point's accuracy at each evaluation; with more than FACET_OVER points, a legend entry
+    per configuration (its points' curves one trace, apart), the hover naming the point."""
+    evaluations = analysis.evaluations
     data = evaluations[np.isfinite(evaluations["accuracy"].astype(float))] if not evaluations.empty else evaluations
     if data.empty:
         return None
     synthetic = {r["point"] for _, r in stats.iterrows() if r.get("dataset") == "synthetic"}
-    labels = {r["point"]: point_label(r) + (" (synthetic data)" if r["point"] in synthetic else "")
-              for _, r in stats.iterrows()}  # fmt: skip
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    for point, group in data.groupby("point", sort=True):
-        ax.plot(group["train_time_s"], group["accuracy"] * 100, marker="o", label=labels.get(point, str(point)))
+    names = {p: label + (" (synthetic data)" if p in synthetic else "") for p, label in _labels_by_point(stats).items()}
+    curves = [(str(point), group) for point, group in data.groupby("point", sort=True)]
+    entry = names if len(curves) <= FACET_OVER else _line_names(stats)
+    traces: dict[str, list[pd.DataFrame]] = {}
+    for point, group in curves:
+        part = group[["point", "train_time_s", "accuracy"]].assign(label=names.get(point, point))
+        traces.setdefault(entry.get(point, point), []).append(part)
+    fig = go.Figure()
+    for i, (name, parts) in enumerate(traces.items()):
+        gap = pd.DataFrame({"point": [""], "train_time_s": [np.nan], "accuracy": [np.nan], "label": [""]})
+        line = pd.concat([x for part in parts for x in (part, gap)][:-1], ignore_index=True)
+        fig.add_trace(
+            go.Scatter(
+                x=line["train_time_s"],
+                y=line["accuracy"] * 100,
+                mode="lines+markers",
+                name=name,
+                line={"color": color(i)},
+                customdata=hover_data(list(line["label"]), list(line["point"])),
+                hovertemplate=HOVER + "%{x:.3g} s: %{y:.2f} %<extra></extra>",
+            )
+        )
     plotted = stats[stats["point"].isin(set(data["point"]))] if "chance" in stats else stats.iloc[0:0]
     for level in sorted({float(c) for c in plotted.get("chance", []) if np.isfinite(c)}):
-        ax.axhline(level * 100, color="grey", linestyle=":", linewidth=1, label=f"chance (1/{round(1 / level)})")
-    return _finished(fig, ax, "training time (s)", "accuracy (%)", "Accuracy vs training time")
-
-
-def png_base64(fig: Figure) -> str:
-    """The figure as base64 PNG text (the figure is closed)."""
-    buffer = io.BytesIO()
-    try:
-        fig.savefig(buffer, format="png")
-    finally:
-        plt.close(fig)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-FigureMaker = Callable[[], Figure | None]
-
-__all__ = ["Figure", "FigureMaker"]
+        fig.add_hline(
+            y=level * 100,
+            line={"color": "grey", "dash": "dot", "width": 1},
+            annotation_text=f"chance (1/{round(1 / level)})",
+            annotation_position="top left",
+        )
+    fig.update_xaxes(title_text="training time (s)")
+    fig.update_yaxes(title_text="accuracy (%)")
+    tidy = pd.concat([part for parts in traces.values() for part in parts], ignore_index=True)
+    return Plot(finish(fig, "Accuracy vs training time", 460), tidy)

@@ -1,5 +1,6 @@
-"""The sweep report: SWEEP_DIR/report.html (self-contained, figures as base64 PNG), report.md
-and CSV tables (points, stats, repeats, predictions, held_out, evaluations, and the stragglers').
+"""The sweep report: SWEEP_DIR/report.html (one self-contained page: interactive plotly figures,
+plotly.js embedded once, so it opens offline), each figure's data as figure_NAME.csv beside it,
+report.md and CSV tables (points, stats, repeats, predictions, held_out, evaluations, and the stragglers').
 Rows and figure labels name what tells points apart where the shown columns do not
 (hpcbench.spec.labels); an accuracy on synthetic data reads as such (analysis/accuracy.py)."""
 
@@ -17,8 +18,9 @@ import pandas as pd
 
 from hpcbench.analysis import accuracy, energy, metrics, workload
 from hpcbench.analysis.pipeline import Analysis
-from hpcbench.analysis.report import figures
-from hpcbench.analysis.report import stragglers as straggler_report
+from hpcbench.analysis.report import figures as figures  # registers the figures, in page order
+from hpcbench.analysis.report import notes as note_list
+from hpcbench.analysis.report import stragglers as straggler_report  # registers the straggler figures after them
 from hpcbench.analysis.report.columns import (
     ACCURACY,
     COLLECTIVES,
@@ -37,6 +39,7 @@ from hpcbench.analysis.report.columns import (
     WORKLOAD_ABOUT,
     Column,
 )
+from hpcbench.analysis.report.plot import FIGURES, Plot, csv_name, figure_html, plotly_js, slug
 from hpcbench.spec import Point, differing
 from hpcbench.sweepdir.atomic import write_text_atomic
 
@@ -62,7 +65,7 @@ def labelled(analysis: Analysis) -> pd.DataFrame:
     stats = analysis.stats.copy()
     if stats.empty or "point" not in stats:
         return stats
-    points = {p.point_id: p.point for p in analysis.data}
+    points = analysis.specs  # the points' fields, without reading their files again
     ids = {p.id: pid for pid, p in points.items()}
     env = metrics.names_environments(stats)
     differs = {ids[k]: v for k, v in differing(points.values(), _shown(env)).items()}
@@ -86,7 +89,7 @@ def readable(analysis: Analysis, stats: pd.DataFrame) -> pd.DataFrame:
     as chance where it is not clearly above chance (accuracy.reading)."""
     if stats.empty or "point" not in stats:
         return stats
-    points = {p.point_id: p.point for p in analysis.data}
+    points = analysis.specs  # the points' fields, without reading their files again
     tested = _tested(analysis.evaluations)
     shown = stats.copy()
     for column in ("accuracy", "best_accuracy"):
@@ -120,8 +123,8 @@ def _differs_by_config(repeats: pd.DataFrame, analysis: Analysis) -> pd.DataFram
     if repeats.empty or "config" not in repeats:
         return repeats
     configs = {}
-    for p in analysis.data:
-        config = dataclasses.replace(p.point, seed=0)
+    for point in analysis.specs.values():
+        config = dataclasses.replace(point, seed=0)
         configs[config.id] = config
     found = differing(configs.values(), lambda p: (p.framework, p.backend, p.model, p.ranks, p.batch_size))
     return repeats.assign(differs=[found.get(str(c), "") for c in repeats["config"]])
@@ -161,7 +164,11 @@ th { background: #f0f0f0; }
 td:first-child { font-family: monospace; }
 .note { color: #8a5300; }
 .missing { color: #666; font-style: italic; }
-img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
+.figure { margin: 0.5em 0 1.5em; }
+.figure .data { font-size: 0.85em; }
+.notes details { display: inline; margin-left: 0.5em; color: #333; }
+.notes details[open] { display: block; }
+.notes table td { text-align: left; font-family: sans-serif; }
 """
 
 
@@ -235,44 +242,45 @@ ACCURACY_ABOUT = (
 )
 
 
-def figure_list(analysis: Analysis) -> list[tuple[str, figures.FigureMaker]]:
-    s, p, e = labelled(analysis), analysis.predictions, analysis.evaluations
-    return [
-        ("Throughput vs ranks", lambda: figures.throughput(s)),
-        ("Scaling efficiency vs ranks", lambda: figures.efficiency(s)),
-        ("Phase breakdown", lambda: figures.phases(s)),
-        ("Load-imbalance factor", lambda: figures.lif(s)),
-        ("Communication share", lambda: figures.comm_share(s)),
-        ("Resource use", lambda: figures.resources(s)),
-        ("Predicted vs measured", lambda: figures.predicted_vs_measured(p)),
-        ("Accuracy vs training time", lambda: figures.accuracy_vs_time(e, s)),
-        *straggler_report.figure_list(analysis.slow),  # why it is slow (straggler_report.py)
-    ]
+Drawn = list[tuple[str, Plot | None]]  # (title, the figure or None where the sweep has no data for it)
 
 
-def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
+def draw(analysis: Analysis) -> Drawn:
+    """Every registered figure (plot.FIGURES) drawn from the analysis, in page order."""
+    stats = labelled(analysis)
+    return [(title, make(analysis, stats)) for title, make in FIGURES]
+
+
+def figure_files() -> list[str]:
+    """The files holding the figures' data, beside report.html."""
+    return [csv_name(title) for title, _ in FIGURES]
+
+
+def _figure(title: str, plot: Plot | None) -> str:
+    head = f'<div class="figure" data-title="{html.escape(title)}"><h3>{html.escape(title)}</h3>'
+    if plot is None:
+        return head + '<p class="missing">No data for this figure in this sweep.</p></div>'
+    link = f'<p class="data">Data: <a href="{csv_name(title)}">{csv_name(title)}</a></p>'
+    return head + figure_html(plot, f"figure_{slug(title)}") + link + "</div>"
+
+
+def render_html(analysis: Analysis, drawn: Drawn) -> str:
     title = f"hpcbench report: {analysis.directory.name}"
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<link rel="icon" href="data:,">',  # no favicon request: the page needs nothing outside itself
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style>",
+        f"<script>{plotly_js()}</script></head><body>" if any(p is not None for _, p in drawn) else "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
         *(f'<p class="headline">{html.escape(line)}</p>' for line in analysis.headlines),
+        f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
     ]
     if said := notes(analysis):
-        out.append("<h2>Notes</h2><ul>")
-        out += [f'<li class="note">{html.escape(w)}</li>' for w in said]
-        out.append("</ul>")
+        out += ["<h2>Notes</h2>", *note_list.render(said)]
     out.append("<h2>Figures</h2>")
-    for name, data in images:
-        out.append(f"<h3>{html.escape(name)}</h3>")
-        if data is None:
-            out.append('<p class="missing">No data for this figure in this sweep.</p>')
-        else:
-            out.append(f'<img alt="{html.escape(name)}" src="data:image/png;base64,{data}">')
+    out += [_figure(name, plot) for name, plot in drawn]
     for section in sections(analysis):
         out.append(f"<h2>{html.escape(section.title)}</h2>")
         if section.about:
@@ -282,12 +290,12 @@ def render_html(analysis: Analysis, images: list[tuple[str, str | None]]) -> str
     return "\n".join(out) + "\n"
 
 
-def render_markdown(analysis: Analysis, images: list[tuple[str, str | None]]) -> str:
+def render_markdown(analysis: Analysis, drawn: Sequence[tuple[str, object | None]]) -> str:
     out = [f"# hpcbench report: {analysis.directory.name}", "", f"{len(analysis.stats)} points.", ""]
     out += [f"**{_md_cell(line)}**\n" for line in analysis.headlines]
     for note in notes(analysis):
         out.append(f"- note: {_md_cell(note)}")
-    missing = [name for name, data in images if data is None]
+    missing = [name for name, plot in drawn if plot is None]
     if missing:
         out += ["", "Figures left out (no data): " + ", ".join(missing) + "."]
     for section in sections(analysis):
@@ -302,11 +310,9 @@ CSV_TABLES = ("points", "stats", "repeats", "predictions", "held_out", "evaluati
 
 
 def write_report(analysis: Analysis) -> list[Path]:
-    """Write report.html, report.md and the CSV tables into the sweep directory; returns the paths."""
-    images = []
-    for name, make in figure_list(analysis):
-        fig = make()
-        images.append((name, figures.png_base64(fig) if fig is not None else None))
+    """Write report.html, report.md, the CSV tables and each figure's data (figure_NAME.csv,
+    empty for a figure without data) into the sweep directory; returns the paths."""
+    drawn = draw(analysis)
     directory = analysis.directory
     written = []
     for name in CSV_TABLES:
@@ -314,8 +320,12 @@ def write_report(analysis: Analysis) -> list[Path]:
         write_text_atomic(path, getattr(analysis, name).to_csv(index=False))
         written.append(path)
     written += straggler_report.write_tables(analysis.slow, directory)  # stragglers, hosts, whatif, buckets
+    for title, plot in drawn:  # a figure without data: an empty file (no earlier report's left behind)
+        path = directory / csv_name(title)
+        write_text_atomic(path, plot.data.to_csv(index=False) if plot is not None else "")
+        written.append(path)
     md = directory / "report.md"
-    write_text_atomic(md, render_markdown(analysis, images))
+    write_text_atomic(md, render_markdown(analysis, drawn))
     page = directory / "report.html"
-    write_text_atomic(page, render_html(analysis, images))
+    write_text_atomic(page, render_html(analysis, drawn))
     return [page, md, *written]

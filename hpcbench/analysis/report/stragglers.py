@@ -6,19 +6,25 @@ from stragglers.py; report.py only calls in here."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from matplotlib.figure import Figure
+import plotly.graph_objects as go  # type: ignore[import-untyped]
+from plotly.subplots import make_subplots  # type: ignore[import-untyped]
 
 from hpcbench.analysis.metric_table import Format, number, percent
-from hpcbench.analysis.report.figures import DPI, SIZE, FigureMaker
+from hpcbench.analysis.report import figures as figures  # the sweep's figures come first on the page
+from hpcbench.analysis.report.plot import HOVER, PANEL_HEIGHT, Plot, bars_height, color, figure, finish, hover_data
 from hpcbench.analysis.stragglers.find import SweepStragglers
 from hpcbench.sweepdir.atomic import write_text_atomic
 
+if TYPE_CHECKING:
+    from hpcbench.analysis.pipeline import Analysis
+
 CSV = {"stragglers": "stragglers", "hosts": "hosts", "whatif": "whatif", "buckets": "buckets"}
 HEAT_POINTS = 4  # heat maps drawn: the points with the costliest stragglers
+HEAT_SHOWN = (64, 160)  # a drawn heat map's most cells (ranks, iterations): larger ones are block-averaged
 
 
 def _pct_points(v: object) -> str:
@@ -40,70 +46,131 @@ def _costliest(slow: SweepStragglers, n: int) -> list[int]:
     return [int(i) for i in np.argsort(costs)[::-1][:n]]
 
 
-def heat_map(slow: SweepStragglers) -> Figure | None:
+def _blocks(heat: np.ndarray, most: tuple[int, int]) -> tuple[np.ndarray, int, int]:
+    """`heat` block-averaged to at most `most` cells a side; (the blocks, ranks per block, iterations per block)."""
+    rows, cols = (max(1, -(-n // m)) for n, m in zip(heat.shape, most, strict=True))
+    r, c = heat.shape[0] // rows * rows, heat.shape[1] // cols * cols
+    if (rows, cols) == (1, 1):
+        return heat, 1, 1
+    trimmed = heat[:r, :c].reshape(r // rows, rows, c // cols, cols)
+    return trimmed.mean(axis=(1, 3)), rows, cols
+
+
+@figure("Compute time per rank and iteration")
+def heat_map(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     """Compute time per rank and iteration of the points with the costliest stragglers."""
+    slow = analysis.slow
     chosen = _costliest(slow, HEAT_POINTS)
     if not chosen:
         return None
-    fig, axes = plt.subplots(len(chosen), 1, figsize=(SIZE[0], 2.6 * len(chosen)), dpi=DPI, squeeze=False)
-    for ax, k in zip(axes[:, 0], chosen, strict=True):
+    titles = [f"{slow.points[k].point_id}: {slow.points[k].label}" for k in chosen]
+    fig = make_subplots(rows=len(chosen), cols=1, subplot_titles=titles, vertical_spacing=0.3 / len(chosen))
+    tidy = []
+    for row, k in enumerate(chosen, start=1):
         p = slow.points[k]
-        image = ax.imshow(p.heat * 1e3, aspect="auto", interpolation="nearest", cmap="viridis")
-        fig.colorbar(image, ax=ax, label="compute (ms)")
-        ax.set_title(f"{p.point_id}: {p.label}", fontsize="small")
-        ax.set_ylabel("rank (blocks)" if len(p.ranks) > p.heat.shape[0] else "rank")
-        ax.set_xlabel("timed iteration (blocks)")
-    fig.tight_layout()
-    return fig
+        heat, per_rank, per_iter = _blocks(p.heat * 1e3, HEAT_SHOWN)
+        custom = np.full((*heat.shape, 2), "", dtype=object)
+        custom[..., 0], custom[..., 1] = p.label, p.point_id
+        fig.add_trace(
+            go.Heatmap(
+                z=heat.astype(np.float32),
+                coloraxis="coloraxis",
+                customdata=custom,
+                hovertemplate=HOVER + "rank (block) %{y}, iteration (block) %{x}: %{z:.3g} ms<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        blocked = len(p.ranks) > heat.shape[0] or per_rank > 1
+        fig.update_yaxes(
+            title_text="rank (blocks)" if blocked else "rank", autorange="reversed", dtick=1, row=row, col=1
+        )
+        fig.update_xaxes(title_text="timed iteration (blocks)", row=row, col=1)
+        r, c = np.indices(heat.shape)
+        tidy.append(
+            pd.DataFrame(
+                {
+                    "point": p.point_id,
+                    "rank_block": r.ravel(),
+                    "iteration_block": c.ravel(),
+                    "ranks_per_block": per_rank,
+                    "iterations_per_block": per_iter,
+                    "compute_ms": heat.ravel(),
+                }
+            )
+        )
+    fig.update_layout(coloraxis={"colorscale": "Viridis", "colorbar": {"title": {"text": "compute (ms)"}}})
+    return Plot(
+        finish(fig, "Compute time per rank and iteration", 80 + PANEL_HEIGHT * len(chosen)),
+        pd.concat(tidy, ignore_index=True),
+    )
 
 
-def cost_per_rank(slow: SweepStragglers) -> Figure | None:
+@figure("Cost of each rank")
+def cost_per_rank(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     """Each rank's cost (share of t_iter saved with it at the other ranks' median speed), costliest points."""
+    slow = analysis.slow
     chosen = _costliest(slow, HEAT_POINTS)
     if not chosen:
         return None
-    fig, ax = plt.subplots(figsize=SIZE, dpi=DPI)
-    width = 0.8 / len(chosen)
+    fig = go.Figure()
+    tidy = []
     for j, k in enumerate(chosen):
-        ranks = slow.points[k].ranks
-        ax.bar(ranks["rank"] + j * width, ranks["cost_pct"], width=width, label=slow.points[k].point_id)
-    ax.set_xlabel("rank")
-    ax.set_ylabel("cost: t_iter saved at the others' median speed (%)")
-    ax.set_title("Cost of each rank")
-    ax.legend(fontsize="small")
-    ax.grid(True, axis="y", alpha=0.3)
-    fig.tight_layout()
-    return fig
+        p = slow.points[k]
+        ranks = p.ranks
+        custom = hover_data([p.label] * len(ranks), [p.point_id] * len(ranks))
+        fig.add_trace(
+            go.Bar(
+                x=ranks["rank"],
+                y=ranks["cost_pct"],
+                name=p.point_id,
+                marker={"color": color(j)},
+                customdata=custom,
+                hovertemplate=HOVER + "rank %{x}: cost %{y:.1f} %<extra></extra>",
+            )
+        )
+        tidy.append(pd.DataFrame({"point": p.point_id, "rank": ranks["rank"], "cost_pct": ranks["cost_pct"]}))
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title_text="rank")
+    fig.update_yaxes(title_text="cost: t_iter saved at the others' median speed (%)")
+    return Plot(finish(fig, "Cost of each rank", 420), pd.concat(tidy, ignore_index=True))
 
 
-def host_bars(slow: SweepStragglers) -> Figure | None:
+@figure("Slow hosts across the sweep")
+def host_bars(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     """Hosts (or, on one host, ranks within it) by the share of points in which they were the slowest."""
-    hosts = slow.hosts
+    hosts = analysis.slow.hosts
     if hosts.empty:
         return None
     whole = hosts[hosts["local_rank"] == ""]
-    data = whole if not whole.empty else hosts
-    data = data.head(30)
+    data = (whole if not whole.empty else hosts).head(30)
     pairs = zip(data["host"], data["local_rank"], strict=True)
     labels = [h if lr == "" else f"{h} / local rank {lr}" for h, lr in pairs]
-    fig, ax = plt.subplots(figsize=(SIZE[0], max(2.5, 0.9 + 0.35 * len(labels))), dpi=DPI)
-    ax.barh(labels, data["slowest_points"], color="tab:red", label="slowest")
-    ax.barh(labels, data["points"] - data["slowest_points"], left=data["slowest_points"], color="tab:gray",
-            label="not slowest")  # fmt: skip
-    ax.set_xlabel("points")
-    ax.set_title("Hosts by how often they held the slowest rank" if not whole.empty else "Ranks by how often slowest")
-    ax.invert_yaxis()
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    return fig
-
-
-def figure_list(slow: SweepStragglers) -> list[tuple[str, FigureMaker]]:
-    return [
-        ("Compute time per rank and iteration", lambda: heat_map(slow)),
-        ("Cost of each rank", lambda: cost_per_rank(slow)),
-        ("Slow hosts across the sweep", lambda: host_bars(slow)),
-    ]
+    evidence = [str(e) for e in data["evidence"]] if "evidence" in data else [""] * len(data)
+    custom = hover_data(labels, evidence)
+    fig = go.Figure()
+    slowest = data["slowest_points"].to_numpy()
+    for name, x, shade in (
+        ("slowest", slowest, "#d62728"),
+        ("not slowest", data["points"].to_numpy() - slowest, "#7f7f7f"),
+    ):
+        fig.add_trace(
+            go.Bar(
+                y=labels,
+                x=x,
+                orientation="h",
+                name=name,
+                marker={"color": shade},
+                customdata=custom,
+                hovertemplate="%{customdata[0]}<br>slowest in: %{customdata[1]}<br>"
+                f"{name}: %{{x}} points<extra></extra>",
+            )
+        )
+    fig.update_layout(barmode="stack")
+    fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(title_text="points")
+    title = "Hosts by how often they held the slowest rank" if not whole.empty else "Ranks by how often slowest"
+    return Plot(finish(fig, title, bars_height(len(labels)), below=True), data.assign(label=labels))
 
 
 _ms: Format = number(2, 1e3)

@@ -28,7 +28,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis import resources
+from hpcbench.analysis import metrics, resources
 from hpcbench.analysis.stragglers import exposure, whatif
 from hpcbench.analysis.stragglers.timed import BLOCK_PHASES, Sample
 from hpcbench.store.reader import PointData
@@ -240,7 +240,7 @@ def _scenarios(p: PointData, replay: whatif.Replay, ranks: Columns, t_iter: floa
     slow = slow[np.argsort(-ranks["cost_pct"][slow], kind="stable")]
     t = np.concatenate(([t_iter, whatif.median_of(replay.all_median), whatif.median_of(replay.comm_hidden)],
                         without[slow])).astype(np.float64)  # fmt: skip
-    samples = p.iterations.shape[0] * p.point.batch_size
+    samples = metrics.data_ranks(p.point, p.iterations.shape[0]) * p.point.batch_size  # per data rank and device
     with np.errstate(divide="ignore", invalid="ignore"):
         throughput = np.where(t > 0, samples / t, np.nan)
         saving = 100.0 * (1.0 - t / t_iter) if t_iter > 0 else np.full(t.size, np.nan)
@@ -366,19 +366,19 @@ def _buckets(points: list[PointStragglers]) -> pd.DataFrame:
     return _frame(tables, exposure.BUCKET_COLUMNS)
 
 
-def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | None = None) -> SweepStragglers:
-    """Attribution of every point of two or more ranks, and the sweep's tables; `exposures`
-    by point id (measured once for the stats), else measured here."""
-    known = exposures or {}
-    done = []
-    for p in points:
-        measured = known.get(p.point_id)
-        if p.iterations.shape[0] < 2:
-            continue
-        if measured is None or measured.sample is None:
-            measured = exposure.of(p.iterations, p.comm, union=False)
-        if measured.sample is not None and measured.sample.columns.size:  # some timed iteration
-            done.append(attribute(p, measured))
+def of_point(p: PointData, measured: exposure.Exposure | None = None) -> PointStragglers | None:
+    """One point's attribution (None: one rank or no timed iteration); `measured`: its exposure, else measured here."""
+    if p.iterations.shape[0] < 2:
+        return None
+    if measured is None or measured.sample is None:
+        measured = exposure.of(p.iterations, p.comm, union=False)
+    if measured.sample is not None and measured.sample.columns.size:  # some timed iteration
+        return attribute(p, measured)
+    return None
+
+
+def sweep(done: list[PointStragglers]) -> SweepStragglers:
+    """The sweep's tables from its points' attributions (of_point), in the points' order."""
     if not done:
         return SweepStragglers()
     return SweepStragglers(
@@ -389,3 +389,11 @@ def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | N
         _buckets(done),
         headline(done),
     )
+
+
+def analyse(points: list[PointData], exposures: dict[str, exposure.Exposure] | None = None) -> SweepStragglers:
+    """Attribution of every point of two or more ranks, and the sweep's tables; `exposures`
+    by point id (measured once for the stats), else measured here."""
+    known = exposures or {}
+    found = (of_point(p, known.get(p.point_id)) for p in points)
+    return sweep([d for d in found if d is not None])
