@@ -430,3 +430,37 @@ def test_mllog_of_a_point_that_counts_iterations(tmp_path: Path) -> None:
     assert by_key["eval_accuracy"]["metadata"] == {"samples_count": 3 * 6 * 8}  # every rank's samples, warm-up too
     assert by_key["block_start"]["time_ms"] == 200 and by_key["eval_stop"]["time_ms"] == 562  # 500 + 12.3 + 50 ms
     assert by_key["hpcbench_warmup_stop"]["time_ms"] == 112 and by_key["eval_samples"]["value"] == 12
+
+
+def test_mllog_power_readings_are_each_counters_average_between_its_readings(tmp_path: Path) -> None:
+    """MLPerf power's events from the recorded counters: rank 0 reads its host's package (20 W,
+    then 40 W), rank 1 the same package again (ignored: one reader per host's domain) and its
+    GPU (100 W over 0.2 s; then a 50 ms window, shorter than NVML's update interval: left out);
+    a reading after the run is outside the measurement."""
+    point = Point(model="lenet", batch_size=8, iterations=4, warmup=2, ranks_per_node=2)
+    it = iterations(2, 6, warmup=2, forward=FORWARD, batch=8, period=PERIOD)  # ends at 0.5123 s
+    rows = [(0, 0.0, "rapl", "package-0", 0), (0, 0.25, "rapl", "package-0", 5_000_000),
+            (0, 0.5, "rapl", "package-0", 15_000_000), (0, 10.0, "rapl", "package-0", 99_000_000),
+            (1, 0.0, "rapl", "package-0", 7), (1, 0.5, "rapl", "package-0", 1_000_000_000),
+            (1, 0.1, "nvml-counter", "gpu-1", 1_000_000), (1, 0.3, "nvml-counter", "gpu-1", 21_000_000),
+            (1, 0.35, "nvml-counter", "gpu-1", 22_000_000)]  # fmt: skip
+    energy = np.array([(r, t, s.encode(), d.encode(), uj) for r, t, s, d, uj in rows], dtype=schema.ENERGY_DTYPE)
+    write_point_file(tmp_path / f"{point.id}.h5", point, it, energy=energy, hostnames=["n0", "n0"])
+    export_sweep(tmp_path, ["mllog"], tmp_path / "out")
+    events = parse_log(tmp_path / "out" / "mllog" / f"{point.id}.log")
+    check_intervals(events)
+    readings = [(e["time_ms"], e["value"], e["metadata"]) for e in events if e["key"] == "power_reading"]
+    got = [(ms, m["source"], m["domain"], m["rank"]) for ms, _, m in readings]
+    assert got == [(250, "rapl", "package-0", 0), (300, "nvml-counter", "gpu-1", 1), (500, "rapl", "package-0", 0)]
+    assert [w for _, w, _ in readings] == pytest.approx([20.0, 100.0, 40.0])
+    assert all(m["host"] == "n0" and m["unit"] == "W" for _, _, m in readings)
+    by_key = {e["key"]: e for e in events}
+    assert by_key["power_measurement_start"]["time_ms"] == 0 and by_key["power_measurement_stop"]["time_ms"] == 500
+    assert by_key["conversion_eff"]["value"] == 1.0
+    keys = [e["key"] for e in events]
+    assert keys.index("run_start") < keys.index("power_reading") < keys.index("power_measurement_stop") < len(keys) - 1
+
+
+def test_mllog_without_energy_has_no_power_events(exported: Path) -> None:
+    for path in (exported / "mllog").glob("*.log"):
+        assert not [e for e in parse_log(path) if e["key"].startswith(("power_", "conversion_eff"))]

@@ -16,6 +16,8 @@ ends (its recorded test time). Lines are in the log's logical order with non-dec
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +27,7 @@ import numpy as np
 from hpcbench.analysis import accuracy
 from hpcbench.analysis.export.summary import plain
 from hpcbench.spec import Point
+from hpcbench.store.energy import RECORDED_SOURCES, EnergySample, energy_between
 from hpcbench.store.reader import PointData
 
 PREFIX = ":::MLLOG "
@@ -44,6 +47,19 @@ class Evaluation:
 
 
 @dataclass(frozen=True)
+class PowerReading:
+    """The average power of one counter between two of its readings, at the second one."""
+
+    t_s: float
+    since_s: float  # the window's first reading
+    watts: float
+    host: str
+    rank: int
+    source: str
+    domain: str
+
+
+@dataclass(frozen=True)
 class Run:
     """What a point's log says, taken from its arrays (small: a few numbers per evaluation)."""
 
@@ -59,6 +75,7 @@ class Run:
     stop_s: float  # end of training (and of the last evaluation)
     evaluations: list[Evaluation] = field(default_factory=list)
     eval_samples: int = 0  # samples of one evaluation, all ranks' shards
+    power: list[PowerReading] = field(default_factory=list)  # between start_s and stop_s, by time
 
     @classmethod
     def of(cls, p: PointData) -> Run:
@@ -83,7 +100,36 @@ class Run:
             stop,
             evals,
             int(p.eval["total"][p.eval["epoch"] == p.eval["epoch"][0]].sum()) if len(p.eval) else 0,
+            _power(p, float(starts[0]), stop),
         )
+
+
+def _power(p: PointData, start: float, stop: float) -> list[PowerReading]:
+    """Every energy counter's average power between consecutive readings inside the run, by
+    time: one reader per host's domain or GPU (the lowest rank that read it), windows long
+    enough for the counter to have moved (`store/energy.py`) only, as the analysis takes them."""
+    rows = p.energy
+    if not len(rows):
+        return []
+    host_of = dict(zip((int(r) for r in p.ranks["rank"]), p.hostnames, strict=True))
+    readings: dict[tuple[str, str, str], dict[int, list[EnergySample]]] = {}
+    for row in rows:
+        t, rank = float(row["t"]), int(row["rank"])
+        if start - 1e-6 <= t <= stop + 1e-6:
+            source, domain = row["source"].decode(), row["domain"].decode()
+            key = (host_of.get(rank, f"rank {rank}"), source, domain)
+            sample = EnergySample(round(t * 1e9), source, domain, int(row["microjoules"]))
+            readings.setdefault(key, {}).setdefault(rank, []).append(sample)
+    out = []
+    for (host, source, domain), by_rank in readings.items():
+        rank = min(by_rank)
+        samples = sorted(by_rank[rank], key=lambda s: s.t_ns)
+        interval = RECORDED_SOURCES.get(source, max(RECORDED_SOURCES.values()))
+        for before, after in itertools.pairwise(samples):
+            window = energy_between(before, after, interval)
+            if window.trustworthy:
+                out.append(PowerReading(after.t_ns / 1e9, before.t_ns / 1e9, window.watts, host, rank, source, domain))
+    return sorted(out, key=lambda r: (r.t_s, r.host, r.source, r.domain))
 
 
 def _evaluations(
@@ -171,10 +217,30 @@ def events(run: Run, stats: dict[str, Any]) -> list[Event]:
     return out
 
 
+def power_events(run: Run) -> list[Event]:
+    """MLPerf power's events: the measurement's interval (from the first reading of any
+    counter's window to the last reading), `conversion_eff` 1 (the counters read the devices and packages, not
+    the wall), and a `power_reading` in watts per counter and window, naming its counter."""
+    if not run.power:
+        return []
+    first, last = min(r.since_s for r in run.power), run.power[-1].t_s
+    out: list[Event] = [
+        (first, MLPERF, INTERVAL_START, "power_measurement_start", None, {}),
+        (first, MLPERF, POINT_IN_TIME, "conversion_eff", 1.0, {}),
+    ]
+    for r in run.power:
+        where = {"host": r.host, "rank": r.rank, "source": r.source, "domain": r.domain, "unit": "W"}
+        out.append((r.t_s, MLPERF, POINT_IN_TIME, "power_reading", r.watts, where))
+    out.append((last, MLPERF, INTERVAL_END, "power_measurement_stop", None, {}))
+    return out
+
+
 def text(run: Run, stats: dict[str, Any]) -> str:
-    """The log of one point: one line per event, time_ms never decreasing."""
+    """The log of one point: one line per event, time_ms never decreasing; the power events
+    merged into the run's by time (before the run's own at the same time, so `run_stop` ends it)."""
     lines, last = [], None
-    for seconds, namespace, kind, key, value, metadata in events(run, stats):
+    merged = heapq.merge(power_events(run), events(run, stats), key=lambda event: event[0])
+    for seconds, namespace, kind, key, value, metadata in merged:
         ms = (run.epoch_ns + round(seconds * 1e9)) // 1_000_000
         last = ms if last is None else max(last, ms)
         record = {"namespace": namespace, "time_ms": last, "event_type": kind, "key": key, "value": plain(value),
