@@ -103,6 +103,24 @@ def _env_probe(name: str, modules: tuple[str, ...]) -> tuple[Path | None, str]:
     return exe, ""
 
 
+# The quick tier (`pytest -m "not slow"`, docs/testing.md): the tiers that start ranks, clusters,
+# labs or framework environments are slow by the folder they live in or their markers; a slower
+# test elsewhere says so itself (`pytest.mark.slow`).
+SLOW_FOLDERS = frozenset({"mpi", "slurm", "net", "envs", "frameworks", "gpu"})
+SLOW_MARKERS = ("mpi", "slurm", "gpu")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            folder = Path(item.path).resolve().relative_to(tests).parts[0]
+        except ValueError:  # a test file outside tests/ (pytester's)
+            folder = ""
+        if folder in SLOW_FOLDERS or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)
+
+
 def skip_unless_required(why: str) -> NoReturn:
     """Skip a test whose part is missing here, saying what; under CI (`REQUIRED`) fail instead,
     naming it, so a tier CI must run never passes by skipping."""

@@ -20,6 +20,9 @@ from tests.slurm.conftest import MAX_ARRAY_SIZE, slurm_spec, wait_for_state, wai
 pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("slurm_cluster")]
 
 SLURM = {"executor": "slurm", "profile": "testcluster"}
+# Ranks that start in a fraction of a second (no framework to import): the placement tests run
+# 24 of them on 2 cores; PyTorch across nodes is test_torch_across_two_nodes_under_torchrun_and_srun.
+SYNTHETIC = {"framework": "synthetic", "backend": "none", "model": "sleep"}
 
 
 def accounted(job_ids: list[str]) -> dict[str, tuple[str, list[str]]]:
@@ -38,9 +41,8 @@ def accounted(job_ids: list[str]) -> dict[str, tuple[str, list[str]]]:
 def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
     write_spec: Callable[..., Path], tmp_path: Path
 ) -> None:
-    spec = write_spec(
-        slurm_spec("scale", {"nodes": [1, 2, 4], "launcher": ["srun", "mpirun"]}, ranks_per_node=2, threads=1)
-    )
+    matrix = {"nodes": [1, 2, 4], "launcher": ["srun", "mpirun"]}
+    spec = write_spec(slurm_spec("scale", matrix, ranks_per_node=2, threads=1, **SYNTHETIC))
     out = tmp_path / "sweep"
     res = run_module("hpcbench.sweep", str(spec), "--out", str(out))
     assert res.returncode == 0, res.stdout + res.stderr
@@ -65,20 +67,24 @@ def test_points_on_1_2_4_nodes_hold_every_rank_and_the_virtual_hosts(
         assert data.provenance["launcher_source"] == source
 
 
-def test_torchrun_across_two_nodes(write_spec: Callable[..., Path], tmp_path: Path) -> None:
-    spec = write_spec(slurm_spec("trun", {"nodes": [2]}, launcher="torchrun", ranks_per_node=2, threads=1))
+def test_torch_across_two_nodes_under_torchrun_and_srun(write_spec: Callable[..., Path], tmp_path: Path) -> None:
+    spec = write_spec(slurm_spec("trun", {"launcher": ["torchrun", "srun"]}, nodes=2, ranks_per_node=2, threads=1))
     out = tmp_path / "sweep"
     assert run_module("hpcbench.sweep", str(spec), "--out", str(out)).returncode == 0
     wait_until_finished(out)
-    (entry,) = Manifest.load(out).entries.values()
-    assert entry.state == DONE, entry.reason
-    data = read_point(out / entry.result)
-    assert data.iterations.shape[0] == 4
-    # ranks 0-1 on one of the job's two virtual nodes, 2-3 on the other (torchrun numbers a node's ranks together)
-    hosts = data.hostnames
-    _, allocated = accounted([entry.job_id])[entry.job_id]
-    assert len(allocated) == 2 and sorted(set(hosts)) == sorted(allocated), (hosts, allocated)
-    assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts
+    entries = list(Manifest.load(out).entries.values())
+    assert sorted(str(e.point["launcher"]) for e in entries) == ["srun", "torchrun"]
+    jobs = accounted([e.job_id for e in entries])
+    for entry in entries:
+        assert entry.state == DONE, entry.reason
+        data = read_point(out / entry.result)
+        assert data.point.framework == "torch" and data.iterations.shape[0] == 4
+        # ranks 0-1 on one of the job's two virtual nodes, 2-3 on the other (torchrun numbers a
+        # node's ranks together; srun places them in blocks)
+        hosts = data.hostnames
+        _, allocated = jobs[entry.job_id]
+        assert len(allocated) == 2 and sorted(set(hosts)) == sorted(allocated), (hosts, allocated)
+        assert hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts
 
 
 def test_same_shape_points_share_arrays_split_at_max_array_size(
