@@ -73,10 +73,12 @@ def evaluations(eval_rows: np.ndarray) -> pd.DataFrame:
     )
 
 
-def accuracy_row(eval_rows: np.ndarray, iterations: np.ndarray, target: float | None = None) -> dict[str, float]:
-    """Per-point accuracy and time columns."""
+def accuracy_row(
+    eval_rows: np.ndarray, iterations: np.ndarray, target: float | None = None, evals: pd.DataFrame | None = None
+) -> dict[str, float]:
+    """Per-point accuracy and time columns; `evals`: `evaluations(eval_rows)`, where already made."""
     row: dict[str, float] = dict.fromkeys(ACCURACY_COLUMNS, float("nan"))
-    evals = evaluations(eval_rows)
+    evals = evaluations(eval_rows) if evals is None else evals
     row["evaluations"] = float(len(evals))
     if evals.empty:
         if iterations.size:

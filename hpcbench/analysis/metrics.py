@@ -34,7 +34,12 @@ def step_times(iterations: np.ndarray) -> np.ndarray:
     one another. (The slowest rank's time of each iteration is not: when time-shared ranks
     start and end their iterations milliseconds apart, each iteration's maximum picks a
     different rank's longest window, and their sum exceeds the wall time.)"""
-    t = timed(iterations)
+    return _step_times(timed(iterations))
+
+
+def _step_times(t: np.ndarray) -> np.ndarray:
+    """`step_times` of the timed iterations `t` (each function below taking `t` reads the
+    warm-up flags of a large point's records once instead of once per metric)."""
     return np.asarray((t["t_end"] - t["t_start"]).mean(axis=0))
 
 
@@ -60,13 +65,20 @@ def throughput(n_ranks: int, batch_size: int, t_iteration: float) -> float:
 
 def compute_time(iterations: np.ndarray) -> np.ndarray:
     """Per rank and timed iteration, the time not spent waiting in communication."""
-    t = timed(iterations)
+    return _compute_time(timed(iterations))
+
+
+def _compute_time(t: np.ndarray) -> np.ndarray:
     return np.asarray(sum(t[phase] for phase in COMPUTE_PHASES))
 
 
 def load_imbalance(iterations: np.ndarray) -> tuple[float, float]:
     """(LIF, excess): means over timed iterations of max_r c / mean_r c and (max_r c - mean_r c) / mean_r c."""
-    c = compute_time(iterations)
+    return _load_imbalance(timed(iterations))
+
+
+def _load_imbalance(t: np.ndarray) -> tuple[float, float]:
+    c = _compute_time(t)
     mean = c.mean(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):  # no compute at all: NaN, not a warning
         ratio = c.max(axis=0) / mean
@@ -75,7 +87,10 @@ def load_imbalance(iterations: np.ndarray) -> tuple[float, float]:
 
 def phase_means(iterations: np.ndarray) -> dict[str, float]:
     """Mean seconds per phase (and comm_total) over ranks and timed iterations."""
-    t = timed(iterations)
+    return _phase_means(timed(iterations))
+
+
+def _phase_means(t: np.ndarray) -> dict[str, float]:
     return {name: float(t[name].mean()) for name in (*PHASES, "comm_total")}
 
 
@@ -92,10 +107,11 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Message
     """All per-point metrics of one point file; `comm`: its messages or their exposure (for the
     union and exposed communication shares, else NaN)."""
     n_ranks = iterations.shape[0]
-    steps = step_times(iterations)
+    rows = timed(iterations)
+    steps = _step_times(rows)
     t = float(np.median(steps)) if steps.size else float("nan")
-    lif, excess = load_imbalance(iterations)
-    phases = phase_means(iterations)
+    lif, excess = _load_imbalance(rows)
+    phases = _phase_means(rows)
     row: dict[str, object] = {
         "point": point_id,
         "framework": point.framework,
@@ -108,7 +124,7 @@ def point_row(point: Point, point_id: str, iterations: np.ndarray, comm: Message
         "ranks_per_node": point.ranks_per_node,
         "ranks": n_ranks,
         "batch_size": point.batch_size,
-        "timed_iterations": int(timed(iterations).shape[1]),
+        "timed_iterations": int(rows.shape[1]),
         "t_iter_s": t,
         "throughput": throughput(data_ranks(point, n_ranks), point.batch_size, t),
         "lif": lif,

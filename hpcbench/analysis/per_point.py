@@ -11,7 +11,6 @@ its files and one analysed from its cached PointTables (cache.py) give the same 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +21,8 @@ from hpcbench.analysis import accuracy, collectives, energy, metrics, resources,
 from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers import exposure
 from hpcbench.analysis.stragglers import find as stragglers
-from hpcbench.spec import FIELD_NAMES, Point
+from hpcbench.analysis.tables import listing_row
+from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
 
 Row = dict[str, object]
@@ -49,33 +49,18 @@ class PointTables:
     collectives: pd.DataFrame | None = field(default=None)  # collectives.of_point; None: not computed
 
 
-def listing_row(p: PointData) -> Row:
-    """One row of the points table: fields (mappings as JSON text), id, repeat group, ranks, hosts, file."""
-    fields = p.point.as_dict()
-    row: Row = {"point": p.point_id, "config": stats.config_id(p.point)}
-    for name in sorted(FIELD_NAMES):
-        value = fields[name]
-        row[name] = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
-    row["ranks"] = int(p.iterations.shape[0])
-    row["hosts"] = len(set(p.hostnames))
-    row["file"] = str(p.path)
-    blas = p.provenance.get("blas")
-    if isinstance(blas, list):
-        row["blas"] = " ".join(sorted({str(b.get("internal_api")) for b in blas if isinstance(b, dict)}))
-    return row
-
-
 def derive(p: PointData, target_accuracy: float | None = None, with_collectives: bool = False) -> PointTables:
     """Everything the analysis takes from the point file `p` alone; its messages are passed over once."""
     measured = exposure.of(p.iterations, p.comm)
     row = metrics.point_row(p.point, p.point_id, p.iterations, measured)
-    used = resources.of_point(p)
+    use = resources.rank_use(p.resources, p.iterations)  # the resource columns' and the stragglers'
+    used = resources.of_point(p, use)
     where = placement_of(p)
     extra: Row = {"point": p.point_id, "config": stats.config_id(p.point), "seed": p.point.seed}
     extra.update(used)
-    extra.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy))
-    extra["oversubscribed"] = where.oversubscribed
     evaluations = accuracy.evaluations(p.eval)
+    extra.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy, evaluations))
+    extra["oversubscribed"] = where.oversubscribed
     if not evaluations.empty:
         evaluations.insert(0, "point", p.point_id)
     evaluated = {} if evaluations.empty else {str(c): evaluations[c].to_numpy() for c in evaluations.columns}
@@ -92,7 +77,7 @@ def derive(p: PointData, target_accuracy: float | None = None, with_collectives:
         listing_row(p),
         where.describe() if where.oversubscribed else "",
         evaluated,
-        stragglers.of_point(p, measured),
+        stragglers.of_point(p, measured, use),
         collectives.of_point(p) if with_collectives or p.point.parallel else None,
     )
 

@@ -75,16 +75,40 @@ def rank_window(samples: np.ndarray, iterations: np.ndarray) -> tuple[np.void, n
     """A rank's samples (sorted by time) that open and close its timed window, or None. Since
     schema 6 those the rank took itself (they alone read its descendants: `child_run_ns` ≥ 0),
     where it has such samples: a periodic one may fall between a window's edge and the loop's."""
-    timed = iterations[iterations["warmup"] == 0]
+    rows = iterations.reshape(-1)
+    timed = np.flatnonzero(rows["warmup"] == 0)
+    if timed.size == 0:
+        return None
+    ordered = samples[np.argsort(samples["t"], kind="stable")]
+    return _window(ordered, float(rows["t_start"][timed[0]]), float(rows["t_end"][timed[-1]]))
+
+
+def _window(samples: np.ndarray, start: float, end: float) -> tuple[np.void, np.void] | None:
+    """`rank_window` of samples sorted by time (stably: of equal times the first is taken),
+    for a timed window from `start` to `end`."""
     if (samples[CHILD_RUN] >= 0).any():
         samples = samples[samples[CHILD_RUN] >= 0]
-    if timed.size == 0 or samples.size == 0:
+    t = samples["t"]
+    if t.size == 0:
         return None
-    before = samples[samples["t"] <= timed["t_start"][0] + WINDOW_SLACK_S]
-    after = samples[samples["t"] >= timed["t_end"][-1] - WINDOW_SLACK_S]
-    if before.size == 0 or after.size == 0:
+    last = int(np.searchsorted(t, start + WINDOW_SLACK_S, side="right")) - 1  # the latest at or before
+    first = int(np.searchsorted(t, end - WINDOW_SLACK_S, side="left"))  # the earliest at or after
+    if last < 0 or not t[last] <= start + WINDOW_SLACK_S or first >= t.size or not t[first] >= end - WINDOW_SLACK_S:
         return None
-    return before[np.argmax(before["t"])], after[np.argmin(after["t"])]
+    return samples[int(np.searchsorted(t, t[last], side="left"))], samples[first]
+
+
+def _timed_edges(iterations: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank (rows of `iterations`): whether it has a timed iteration, the first one's start
+    and the last one's end (as `rank_window` takes them)."""
+    timed = iterations["warmup"] == 0
+    has = timed.any(axis=1)
+    if iterations.shape[1] == 0:
+        return has, np.zeros(len(has)), np.zeros(len(has))
+    rows = np.arange(iterations.shape[0])
+    first = np.argmax(timed, axis=1)
+    last = iterations.shape[1] - 1 - np.argmax(timed[:, ::-1], axis=1)
+    return has, iterations["t_start"][rows, first].astype(float), iterations["t_end"][rows, last].astype(float)
 
 
 def _rank_use(a: np.void, b: np.void) -> tuple[float, float, float]:
@@ -106,8 +130,10 @@ def _rank_use(a: np.void, b: np.void) -> tuple[float, float, float]:
 
 def _node_share(samples: np.ndarray, a: np.void, b: np.void, *states: str) -> float:
     """The share of its node's CPU time spent in `states` (cpu_user, ...) between samples a and
-    b of one rank: the samples after a up to b each cover the time since the one before."""
-    inside = samples[(samples["t"] > a["t"]) & (samples["t"] <= b["t"])]
+    b of one rank (its samples sorted by time): the samples after a up to b each cover the time
+    since the one before."""
+    t = samples["t"]
+    inside = samples[int(np.searchsorted(t, a["t"], side="right")) : int(np.searchsorted(t, b["t"], side="right"))]
     if inside.size == 0:
         return float("nan")
     spans = np.diff(np.concatenate(([float(a["t"])], inside["t"].astype(float))))
@@ -132,6 +158,16 @@ def _work_wait(a: np.void, b: np.void) -> float:
     return float(b[WORK_WAIT])
 
 
+def _by_rank(resources: np.ndarray) -> np.ndarray:
+    """The samples by rank, then time (stably); as they are where a writer kept that order."""
+    rank, t = resources["rank"], resources["t"]
+    step, later = np.diff(rank), np.diff(t)
+    if (step >= 0).all() and ((later >= 0) | (step > 0)).all():  # NaN times: not in order
+        return resources
+    ordered: np.ndarray = resources[np.lexsort((t, rank))]
+    return ordered
+
+
 def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     """Per rank (rows of `iterations`): [CPUs its process ran on, its loop's wait share, the
     share of the window its loop was runnable, the busy share of its node's CPU time over the
@@ -140,11 +176,12 @@ def rank_use(resources: np.ndarray, iterations: np.ndarray) -> np.ndarray:
     window read its descendants (else 0: before schema 6, no schedstat)], NaN where not measured."""
     out = np.full((iterations.shape[0], 8), np.nan)
     if len(resources):
-        by_rank = resources[np.lexsort((resources["t"], resources["rank"]))]  # one sort, then a slice per rank
+        by_rank = _by_rank(resources)  # one sort, then a slice per rank
         edges = np.searchsorted(by_rank["rank"], np.arange(iterations.shape[0] + 1))
-        for r in range(iterations.shape[0]):
+        has, starts, ends = _timed_edges(iterations)
+        for r in np.flatnonzero(has):
             samples = by_rank[edges[r] : edges[r + 1]]
-            window = rank_window(samples, iterations[r])
+            window = _window(samples, starts[r], ends[r])
             if window is not None:
                 out[r, :3] = _rank_use(*window)
                 out[r, 3] = _node_share(samples, *window, "cpu_user", "cpu_system")
@@ -173,12 +210,16 @@ def _per_host(use: np.ndarray, hosts: Sequence[str], cores: int) -> tuple[float,
 
 
 def sched_row(
-    resources: np.ndarray, iterations: np.ndarray, hosts: Sequence[str] = (), cores: int = 0
+    resources: np.ndarray,
+    iterations: np.ndarray,
+    hosts: Sequence[str] = (),
+    cores: int = 0,
+    use: np.ndarray | None = None,
 ) -> dict[str, float]:
     """`rank_cpus`, `cpu_wait` and `loop_runnable` of a point, means over the ranks that
     measured them; given each rank's host, `helper_cpus`, and `other_cpus` given also the
-    hosts' CPU count."""
-    use = rank_use(resources, iterations)
+    hosts' CPU count. `use`: `rank_use` of these arrays, where already computed."""
+    use = rank_use(resources, iterations) if use is None else use
     helper, other = _per_host(use, hosts, cores)
     return {
         "rank_cpus": _mean(use[:, 0]), "cpu_wait": _mean(use[:, 1]), "loop_runnable": _mean(use[:, 2]),
@@ -187,16 +228,21 @@ def sched_row(
 
 
 def resource_row(
-    resources: np.ndarray, iterations: np.ndarray | None = None, hosts: Sequence[str] = (), cores: int = 0
+    resources: np.ndarray,
+    iterations: np.ndarray | None = None,
+    hosts: Sequence[str] = (),
+    cores: int = 0,
+    use: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Per-point resource columns from the `resources` table rows of all ranks (and, given the
     point's iterations, its ranks' CPU use over the timed window; given each rank's host and
-    the hosts' CPU count, what else their hosts ran)."""
+    the hosts' CPU count, what else their hosts ran). `use`: `rank_use` of the arrays, where
+    already computed."""
     row = dict.fromkeys(RESOURCE_COLUMNS, float("nan"))
     if len(resources) == 0:
         return row
     if iterations is not None:
-        row.update(sched_row(resources, iterations, hosts, cores))
+        row.update(sched_row(resources, iterations, hosts, cores, use))
     user = resources["cpu_user"].astype(float)
     system = resources["cpu_system"].astype(float)
     iowait = resources["cpu_iowait"].astype(float)
@@ -220,9 +266,10 @@ def resource_row(
     return row
 
 
-def of_point(p: PointData) -> dict[str, float]:
-    """A point file's resource columns, `other_cpus` included."""
-    return resource_row(p.resources, p.iterations, p.hostnames, int(p.provenance.get("cpu_count", 0) or 0))
+def of_point(p: PointData, use: np.ndarray | None = None) -> dict[str, float]:
+    """A point file's resource columns, `other_cpus` included; `use`: its `rank_use`, where already computed."""
+    cores = int(p.provenance.get("cpu_count", 0) or 0)
+    return resource_row(p.resources, p.iterations, p.hostnames, cores, use)
 
 
 class Row(Protocol):

@@ -136,23 +136,25 @@ def samples_table(points: list[PointData]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
+def listing_row(p: PointData) -> dict[str, object]:
+    """One row of the points table: fields (mappings as JSON text), id, repeat group, ranks, hosts, file."""
+    fields = p.point.as_dict()
+    row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point)}
+    for name in sorted(FIELD_NAMES):
+        value = fields[name]
+        row[name] = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
+    row["ranks"] = int(p.iterations.shape[0])
+    row["hosts"] = len(set(p.hostnames))
+    row["file"] = str(p.path)
+    blas = p.provenance.get("blas")
+    if isinstance(blas, list):
+        row["blas"] = " ".join(sorted({str(b.get("internal_api")) for b in blas if isinstance(b, dict)}))
+    return row
+
+
 def points_table(points: list[PointData]) -> pd.DataFrame:
-    """One row per point: its fields (mappings as JSON text), id, repeat group, ranks, hosts, file."""
-    rows = []
-    for p in points:
-        fields = p.point.as_dict()
-        row: dict[str, object] = {"point": p.point_id, "config": stats.config_id(p.point)}
-        for name in sorted(FIELD_NAMES):
-            value = fields[name]
-            row[name] = json.dumps(value, sort_keys=True) if isinstance(value, dict | list) else value
-        row["ranks"] = int(p.iterations.shape[0])
-        row["hosts"] = len(set(p.hostnames))
-        row["file"] = str(p.path)
-        blas = p.provenance.get("blas")
-        if isinstance(blas, list):
-            row["blas"] = " ".join(sorted({str(b.get("internal_api")) for b in blas if isinstance(b, dict)}))
-        rows.append(row)
-    return pd.DataFrame(rows)
+    """One row per point (`listing_row`)."""
+    return pd.DataFrame([listing_row(p) for p in points])
 
 
 def stats_table(

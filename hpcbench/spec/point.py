@@ -6,6 +6,7 @@ Ground floor: imports nothing of hpcbench but the error types.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from collections.abc import Mapping
@@ -94,8 +95,10 @@ class Point:
         """Iterations run, warm-up included, once the dataset's steps per epoch are known."""
         return self.warmup + (self.epochs * steps_per_epoch if self.epochs else self.iterations)
 
-    @property
+    @functools.cached_property
     def id(self) -> str:
+        """Hashed once per object (kept in its __dict__: the fields are frozen, and
+        dataclasses.replace makes a new object)."""
         return point_id(self.as_dict())
 
     def as_dict(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from hpcbench.analysis import metrics, resources
 from hpcbench.analysis.model import predict
 from hpcbench.analysis.model.collectives import LinkCost, ModelError
 from hpcbench.analysis.model.iteration import IterationPrediction
-from hpcbench.analysis.placement import Placement, placement_of
+from hpcbench.analysis.placement import Placement
 from hpcbench.store.reader import PointData
 
 MIN_SCALES = 3
@@ -50,11 +50,11 @@ def _residuals(row: pd.Series, pred: IterationPrediction) -> dict[str, float]:
     }
 
 
-def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData]) -> str:
+def _note(cal: predict.Calibration, where: Placement, train: Sequence[PointData], derived: predict.Derived) -> str:
     """Why a held-out point may miss: fewer threads per host than every calibration point ran,
     with the host's effective cores unknown (contention.py), is an extrapolation the
-    calibration cannot check."""
-    if cal.cpu and cal.cores == 0 and where.load < min(placement_of(p).load for p in train):
+    calibration cannot check. `derived`: where the points' placements are kept."""
+    if cal.cpu and cal.cores == 0 and where.load < min(derived.placement(p).load for p in train):
         return (
             f"effective cores {cal.cores_source}; compute at {where.ranks_per_host} "
             "rank(s) per host extrapolated from more"
@@ -103,17 +103,22 @@ def _loads_seen(wait: float, where: Placement) -> str:
 DISTURBED = "measured beside other work"  # the start of the note below
 
 
-def _disturbed_note(point: str, train: Sequence[PointData], stats: pd.DataFrame) -> str:
+def disturbed_points(stats: pd.DataFrame) -> dict[str, list[str]]:
+    """Per point of the stats table (indexed by point), `resources.disturbances` of its row."""
+    names = [c for c in ("other_cpus", "cpu_steal") if c in stats.columns]
+    columns = [stats[c].to_numpy() for c in names]
+    return {
+        key: resources.disturbances(dict(zip(names, values, strict=True)))
+        for key, *values in zip(stats.index, *columns, strict=True)
+    }
+
+
+def _disturbed_note(point: str, train: Sequence[PointData], disturbed: dict[str, list[str]]) -> str:
     """Points of the prediction (the held-out one, its calibration points) during whose timed
     loop other processes than the job's kept cores busy, or a hypervisor stole CPU time
-    (resources.py, `other_cpus` and `cpu_steal`)."""
+    (resources.py, `other_cpus` and `cpu_steal`); `disturbed`: `disturbed_points` of the stats."""
     named = [("this point", point), *((f"calibration point {p.point_id}", p.point_id) for p in train)]
-    found = [
-        f"{what} during {name}"
-        for name, key in named
-        if key in stats.index
-        for what in resources.disturbances(cast(pd.Series, stats.loc[key]))
-    ]
+    found = [f"{what} during {name}" for name, key in named for what in disturbed.get(key, ())]
     return f"{DISTURBED}: " + ", ".join(found) if found else ""
 
 
@@ -132,15 +137,24 @@ def _spread_note(spread: float, repeats: int) -> str:
 
 
 def _notes(
-    cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series, stats: pd.DataFrame,
-    spread: str,
+    cal: predict.Calibration, where: Placement, train: Sequence[PointData], row: pd.Series,
+    disturbed: dict[str, list[str]], spread: str, derived: predict.Derived,
 ) -> str:  # fmt: skip
-    notes = (_note(cal, where, train), _wait_note(row, where), _disturbed_note(str(row.name), train, stats), spread)
+    notes = (
+        _note(cal, where, train, derived),
+        _wait_note(row, where),
+        _disturbed_note(str(row.name), train, disturbed),
+        spread,
+    )
     return "; ".join(n for n in notes if n)
 
 
 def _held_out_group(
-    group: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | None, derived: predict.Derived
+    group: Sequence[PointData],
+    stats: pd.DataFrame,
+    link: LinkCost | None,
+    derived: predict.Derived,
+    disturbed: dict[str, list[str]],
 ) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for scale in sorted({p.iterations.shape[0] for p in group}):
@@ -164,8 +178,9 @@ def _held_out_group(
                 continue
             measured = float(row["t_iter_s"])
             error = (pred.t_iter - measured) / measured if measured > 0 else math.nan
+            note = _notes(cal, where, train, row, disturbed, varies, derived)
             rows.append({**out, "measured_t_iter_s": measured, "predicted_t_iter_s": pred.t_iter, "rel_error": error,
-                         **_residuals(row, pred), "note": _notes(cal, where, train, row, stats, varies)})  # fmt: skip
+                         **_residuals(row, pred), "note": note})  # fmt: skip
     return rows
 
 
@@ -176,9 +191,10 @@ def held_out(points: Sequence[PointData], stats: pd.DataFrame, link: LinkCost | 
         groups.setdefault(metrics.scaling_group(p.point), []).append(p)
     rows: list[dict[str, object]] = []
     derived = predict.Derived(stats)  # each configuration is calibrated once per scale
+    disturbed = disturbed_points(stats)
     for group in groups.values():
         if len({p.iterations.shape[0] for p in group}) >= MIN_SCALES:
-            rows += _held_out_group(group, stats, link, derived)
+            rows += _held_out_group(group, stats, link, derived, disturbed)
     return pd.DataFrame(rows, columns=HELD_OUT_COLUMNS)
 
 

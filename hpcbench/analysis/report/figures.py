@@ -141,7 +141,11 @@ def resources(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     labels, ids = _labelled(data)
     custom = hover_data(labels, ids)
     fig = make_subplots(rows=1, cols=2, shared_yaxes=True, subplot_titles=["CPU use", "Memory"])
-    for i, (col, name) in enumerate((("cpu_user", "%user"), ("cpu_system", "%system"), ("cpu_iowait", "%iowait"))):
+    # (column, name, panel, hover value): CPU shares stacked in the first panel, memory side by side in the second
+    bars = [("cpu_user", "%user", 1, "%{x:.1f}"), ("cpu_system", "%system", 1, "%{x:.1f}"),
+            ("cpu_iowait", "%iowait", 1, "%{x:.1f}"), ("mem_avg_mib", "RSS avg", 2, "%{x:.0f} MiB"),
+            ("mem_max_mib", "RSS max", 2, "%{x:.0f} MiB")]  # fmt: skip
+    for i, (col, name, panel, value) in enumerate(bars):
         fig.add_trace(
             go.Bar(
                 y=ids,
@@ -150,25 +154,11 @@ def resources(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
                 name=name,
                 marker={"color": color(i)},
                 customdata=custom,
-                hovertemplate=HOVER + f"{name}: %{{x:.1f}}<extra></extra>",
+                offsetgroup=name if panel == 2 else None,
+                hovertemplate=HOVER + f"{name}: {value}<extra></extra>",
             ),
             row=1,
-            col=1,
-        )
-    for i, (col, name) in enumerate((("mem_avg_mib", "RSS avg"), ("mem_max_mib", "RSS max")), start=3):
-        fig.add_trace(
-            go.Bar(
-                y=ids,
-                x=np.nan_to_num(data[col].to_numpy(dtype=float)),
-                orientation="h",
-                name=name,
-                marker={"color": color(i)},
-                customdata=custom,
-                offsetgroup=name,
-                hovertemplate=HOVER + f"{name}: %{{x:.0f}} MiB<extra></extra>",
-            ),
-            row=1,
-            col=2,
+            col=panel,
         )
     fig.update_layout(barmode="stack")
     label_bars(fig, ids, labels)

@@ -37,6 +37,7 @@ from hpcbench.store.schema import COMPUTE_PHASES
 PHASES = BLOCK_PHASES  # the compute phases, then comm: time in the exchange after backward, waiting included
 ROW_PHASES = (*PHASES, "compute")
 HEADLINE_COST_PCT = 5.0
+Use = np.ndarray | None  # a point's resources.rank_use, where already computed
 CPU_WAIT_GAP = 0.10  # a rank's loop waiting this much more for a CPU than the median rank's: its cores were taken
 STEAL_GAP = 5.0  # points (%) more of a rank's node's CPU time lost to the hypervisor than the median rank's
 HEAT_RANKS, HEAT_ITERATIONS = 128, 400  # the heat map's largest size (larger points are block-averaged)
@@ -169,8 +170,8 @@ def _per_iteration(a: _Arrays) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     return slowest, excess, relative, np.argmax(by_phase, axis=0)
 
 
-def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointStragglers:
-    """Attribution and replay of one point (of two or more ranks); `measured`: its exposure, if known."""
+def attribute(p: PointData, measured: exposure.Exposure | None = None, use: Use = None) -> PointStragglers:
+    """Attribution and replay of one point (2+ ranks); `measured`, `use`: its exposure and rank_use, else made here."""
     a = _Arrays.of(measured.sample if measured is not None and measured.sample is not None else Sample.of(p.iterations))
     n_ranks, n = a.compute.shape
     hosts = p.hostnames[:n_ranks] + ["?"] * max(0, n_ranks - len(p.hostnames))
@@ -193,7 +194,7 @@ def attribute(p: PointData, measured: exposure.Exposure | None = None) -> PointS
         without[slow] = np.where(np.isnan(times).any(axis=1), np.nan, whatif.row_median(times))  # np.median's
     cost = 100.0 * (1.0 - without / t_iter) if t_iter > 0 else np.full(n_ranks, np.nan)
     med_compute = whatif.median_of(typical["compute"])
-    use = resources.rank_use(p.resources, p.iterations)[:n_ranks]
+    use = (resources.rank_use(p.resources, p.iterations) if use is None else use)[:n_ranks]
     ranks: Columns = {
         "rank": np.asarray(rank_ids, dtype=np.int64), "host": np.asarray(hosts, dtype=object),
         "local_rank": np.asarray(local, dtype=np.int64), "compute_s": typical["compute"],
@@ -366,15 +367,14 @@ def _buckets(points: list[PointStragglers]) -> pd.DataFrame:
     return _frame(tables, exposure.BUCKET_COLUMNS)
 
 
-def of_point(p: PointData, measured: exposure.Exposure | None = None) -> PointStragglers | None:
-    """One point's attribution (None: one rank or no timed iteration); `measured`: its exposure, else measured here."""
+def of_point(p: PointData, measured: exposure.Exposure | None = None, use: Use = None) -> PointStragglers | None:
+    """One point's attribution (None: one rank or no timed iteration); `measured`, `use`: as attribute's."""
     if p.iterations.shape[0] < 2:
         return None
     if measured is None or measured.sample is None:
         measured = exposure.of(p.iterations, p.comm, union=False)
-    if measured.sample is not None and measured.sample.columns.size:  # some timed iteration
-        return attribute(p, measured)
-    return None
+    timed = measured.sample is not None and measured.sample.columns.size  # some timed iteration
+    return attribute(p, measured, use) if timed else None
 
 
 def sweep(done: list[PointStragglers]) -> SweepStragglers:
