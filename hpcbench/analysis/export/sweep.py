@@ -22,7 +22,6 @@ from hpcbench.analysis.export.output import Staging, check_free
 from hpcbench.analysis.export.summary import Summary, records, summary_json
 from hpcbench.errors import HpcbenchError, SpecError
 from hpcbench.store import schema
-from hpcbench.store.reader import PointData, read_point
 from hpcbench.store.status import result_status
 from hpcbench.sweepdir.paths import inside
 
@@ -81,19 +80,6 @@ def _candidates(directory: Path, warnings: list[str]) -> list[Path]:
             why = "not a readable HDF5 file" if status is None else f"status {status or 'unknown'}, not complete"
             warnings.append(f"skipped {path.name}: {why}")
     return found
-
-
-def _read(path: Path, warnings: list[str]) -> PointData | None:
-    """The point, or None (and a warning) where the analysis would skip it."""
-    try:
-        p = read_point(path)
-    except HpcbenchError as exc:
-        warnings.append(f"skipped {path.name}: {exc}")
-        return None
-    if not p.complete or p.iterations.size == 0:
-        warnings.append(f"skipped {path.name}: " + ("no iterations recorded" if p.complete else "not complete"))
-        return None
-    return p
 
 
 def _parquet_exporter() -> type[ParquetExport]:
@@ -172,7 +158,7 @@ def _export_points(
     pending: list[Future[Any]] = []
     try:
         for path in candidates:
-            p = _read(path, result.warnings)
+            p = tables.read_checked(path, result.warnings)
             _wait(pending)
             pending = []
             if p is None:
