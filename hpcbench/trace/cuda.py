@@ -23,6 +23,12 @@ the `data` phase is host work and queues nothing) and the end of each phase from
 host mark. The current stream is looked up by its id and kept, and events are recorded
 through the C method.
 
+`device_every` (default 1: every iteration) records the events on every N-th iteration only
+(those whose index is a multiple of N) and keeps the host marks' times for the others, for the
+phases and for the messages: fewer calls into the CUDA runtime inside a launch-bound step, at
+the price of device times for a sample of the iterations only. `device_rows` of the last
+`drain` says which rows are the device's.
+
 `CudaCommRecorder` times each gradient message on the device. With NCCL, a collective's
 future completes on the host as soon as the collective is queued, so host clocks would
 time the queueing (microseconds), not the transfer. Instead an event is recorded where the
@@ -69,6 +75,12 @@ class _CurrentStream:
         return stream
 
 
+def _every(device_every: int) -> int:
+    if device_every < 1:
+        raise ValueError(f"device_every must be >= 1 (every N-th iteration timed on the device), got {device_every}")
+    return device_every
+
+
 def _record_method() -> Any:
     """`Event.record(stream)` without the Python wrapper's frame (and its stream lookup)."""
     import torch
@@ -77,9 +89,14 @@ def _record_method() -> Any:
 
 
 class CudaRecorder(Recorder):
-    def __init__(self, capacity: int, clock_offset: int, epoch_ns: int, device: Any) -> None:
+    def __init__(self, capacity: int, clock_offset: int, epoch_ns: int, device: Any, device_every: int = 1) -> None:
         super().__init__(capacity, clock_offset, epoch_ns)
         import torch
+
+        self.device_every = _every(device_every)
+        self._device_rows = np.zeros(capacity, dtype=bool)  # rows whose events were recorded
+        self._timing = True  # the iteration being recorded records events
+        self.device_rows = np.zeros(0, dtype=bool)  # of the last drain
 
         self._torch = torch
         self._current_stream = _CurrentStream(device)
@@ -96,28 +113,36 @@ class CudaRecorder(Recorder):
 
     def start(self, warmup: bool = False) -> None:
         super().start(warmup)
-        self._stream = stream = self._current_stream()
-        self._row_events = events = self._events[self._row]
-        self._record(events[_START], stream)
+        row = self._row
+        self._timing = timing = self.device_every == 1 or (self._first + row) % self.device_every == 0
+        self._device_rows[row] = timing
+        if timing:
+            self._stream = stream = self._current_stream()
+            self._row_events = events = self._events[row]
+            self._record(events[_START], stream)
 
     def mark(self, phase: int) -> None:
         self._cur[phase] = time.perf_counter_ns()
-        if phase != Phase.DATA:
+        if self._timing and phase != Phase.DATA:
             self._record(self._row_events[phase], self._stream)
 
     def mark_at(self, phase: int, t_ns: int) -> None:
         """A host time measured elsewhere; on the device the phase ends where this is called."""
         super().mark_at(phase, t_ns)
-        if phase != Phase.DATA:
+        if self._timing and phase != Phase.DATA:
             self._record(self._row_events[phase], self._stream)
 
     def drain(self) -> np.ndarray:
         n = len(self)
+        device_rows = self._device_rows[:n].copy()
         marked = self._marks[:n] != 0  # start() zeroes a row: a phase was marked iff its host mark is set
         marked[:, Phase.DATA] = False  # a host mark alone
-        if n:
-            last = int(np.flatnonzero(marked[n - 1, : Phase.UPDATE + 1])[-1])
-            self._events[n - 1][last].synchronize()  # the device has reached the last mark
+        marked &= device_rows[:, None]  # a row of host marks only records no event
+        timed = np.flatnonzero(device_rows)
+        if timed.size:
+            i = int(timed[-1])
+            last = int(np.flatnonzero(marked[i, : Phase.UPDATE + 1])[-1])
+            self._events[i][last].synchronize()  # the device has reached the last mark
         # each marked phase's device time runs from the previous marked column (START at least)
         columns = np.arange(Phase.UPDATE + 1)
         previous = np.maximum.accumulate(np.where(marked[:, : Phase.UPDATE + 1], columns, 0), axis=1)
@@ -138,9 +163,11 @@ class CudaRecorder(Recorder):
             self._loss[:n] = self._torch.stack(losses).reshape(n).float().cpu().tolist()
         first = self.first
         rows = super().drain()
-        # Reading the next batch is host work: its host time stays. The rest is device time.
+        # Reading the next batch is host work: its host time stays. The rest is device time
+        # (on the rows timed on the device; the others keep their host marks' times).
         for name in DEVICE_PHASES:
-            rows[name] = gpu[:, getattr(Phase, name.upper()) - 1]
+            rows[name] = np.where(device_rows, gpu[:, getattr(Phase, name.upper()) - 1], rows[name])
+        self.device_rows = device_rows
         if isinstance(self.comm, CudaCommRecorder):  # the messages' device time, not their queueing
             rows["comm_total"] = self.comm.device_totals(first, n)
         return rows
@@ -150,19 +177,31 @@ class CudaCommRecorder(CommRecorder):
     """Per-message events timed on the device (see the module's docstring).
 
     Two preallocated CUDA events per message slot, grown with the slots; `drain` (between
-    iterations) waits for each completed message's end event and reads the durations.
+    iterations) waits for each completed message's end event and reads the durations. With
+    `device_every` N > 1 only the messages of every N-th iteration are timed so; the others
+    keep their host times.
     Drain the phase recorder first: its `comm_total` column sums these durations.
     """
 
     def __init__(
-        self, rank: int, clock_offset: int, epoch_ns: int, capacity: int = INITIAL_CAPACITY, device: Any = None
+        self,
+        rank: int,
+        clock_offset: int,
+        epoch_ns: int,
+        capacity: int = INITIAL_CAPACITY,
+        device: Any = None,
+        device_every: int = 1,
     ) -> None:
-        """`device`: the training device (default: the current one when this is made)."""
+        """`device`: the training device (default: the current one when this is made);
+        `device_every`: time the messages of every N-th iteration on the device, the others
+        by their host times (as `CudaRecorder`'s)."""
         import torch
 
         self._torch = torch
+        self.device_every = _every(device_every)
         self._began: list[Any] = []
         self._ended: list[Any] = []
+        self._timed: list[bool] = []  # per slot: its events were recorded
         self._resolved = 0  # slots whose end time is already the device's
         self._current_stream = _CurrentStream(device)
         self._record = _record_method()
@@ -172,6 +211,7 @@ class CudaCommRecorder(CommRecorder):
         super()._alloc(capacity)
         for events in (self._began, self._ended):  # keep the events of slots already in use
             events.extend(self._new_event() for _ in range(capacity - len(events)))
+        self._timed.extend([True] * (capacity - len(self._timed)))
 
     def _new_event(self) -> Any:
         return self._torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
@@ -180,18 +220,21 @@ class CudaCommRecorder(CommRecorder):
         self, iteration: int, op: str, name: str, dtype: str, nbytes: int, t_ns: int = 0, axis: str = "dp"
     ) -> int:
         slot = super().begin(iteration, op, name, dtype, nbytes, t_ns, axis)
-        self._record(self._began[slot], self._current_stream())
+        timed = self._timed[slot] = self.device_every == 1 or iteration % self.device_every == 0
+        if timed:
+            self._record(self._began[slot], self._current_stream())
         return slot
 
     def end(self, slot: int, t_ns: int = 0) -> None:
         """Call where the current stream waits for the message (a CUDA future's callback)."""
-        self._record(self._ended[slot], self._current_stream())
+        if self._timed[slot]:
+            self._record(self._ended[slot], self._current_stream())
         super().end(slot, t_ns)
 
     def _resolve(self) -> None:
         """End times of the messages recorded so far become start + device duration."""
         for i in range(self._resolved, self._n):
-            if self._t1[i]:  # completed (a message never completed keeps t_end = t_start)
+            if self._t1[i] and self._timed[i]:  # completed (one never completed keeps t_end = t_start)
                 self._ended[i].synchronize()
                 self._t1[i] = self._t0[i] + round(self._began[i].elapsed_time(self._ended[i]) * 1e6)
         self._resolved = self._n

@@ -113,6 +113,30 @@ def test_an_unmarked_phase_lasts_nothing_and_the_next_runs_from_the_last_mark(
         assert rows[phase] * 1e3 == pytest.approx(np.full(iterations, PLAN_MS[phase]), rel=0.1, abs=0.05), phase
 
 
+def test_sampled_device_timing_times_every_nth_iteration_on_the_device(
+    spin: Callable[[float], None], clock: tuple[int, int]
+) -> None:
+    """`device_every=3`: iterations 0 and 3 are the device's time; the others keep their host
+    marks, which time the queueing of the same work (microseconds: the host never waits)."""
+    from hpcbench.trace.cuda import CudaRecorder
+
+    iterations = 6
+    rec = CudaRecorder(iterations, *clock, torch.device("cuda", 0), device_every=3)
+    for _ in range(iterations):
+        queue_step(rec, spin)
+    rows = rec.drain()
+    assert rec.device_rows.tolist() == [True, False, False, True, False, False]
+    host = ~rec.device_rows
+    for phase, ms in PLAN_MS.items():
+        assert rows[phase][0::3] * 1e3 == pytest.approx([ms, ms], rel=0.1, abs=0.05), phase
+        assert (rows[phase][host] * 1e3 < ms / 4).all(), (phase, rows[phase])
+    queue_step(rec, spin)  # the next block goes on counting: iterations 6 and 7 of the run
+    queue_step(rec, spin)
+    rows = rec.drain()
+    assert rec.device_rows.tolist() == [True, False]
+    assert rows["forward"][0] * 1e3 == pytest.approx(PLAN_MS["forward"], rel=0.1, abs=0.05)
+
+
 @pytest.fixture
 def nccl_world(tmp_path: Path) -> Iterator[Any]:
     """A real one-rank NCCL process group, its communicator made (NCCL makes it lazily, in
@@ -162,6 +186,33 @@ def test_nccl_messages_are_timed_on_the_device(
     assert max(seen) < 0.004, f"the host waited: {seen}"
     np.testing.assert_allclose(totals, durations, rtol=1e-6)
     assert rows["bytes"].tolist() == [4 << 20] * 3
+
+
+def test_sampled_nccl_messages_keep_host_times_between_samples(
+    spin: Callable[[float], None], clock: tuple[int, int], nccl_world: Any
+) -> None:
+    """`device_every=2`: messages of even iterations last the 5 ms they waited for on the
+    device; the odd ones' host times are the queueing (the host never waited)."""
+    from hpcbench.trace.cuda import CudaCommRecorder
+
+    comm = CudaCommRecorder(0, *clock, capacity=4, device_every=2)
+    tensor = torch.ones(1 << 20, device="cuda")
+    torch.cuda.synchronize()
+    for i in range(4):
+        slot = comm.begin(i, "allreduce", "bucket0", "float32", tensor.numel() * 4)
+        spin(5.0)
+        fut = nccl_world.all_reduce(tensor, async_op=True).get_future()
+
+        def done(f: Any, slot: int = slot) -> Any:
+            comm.end(slot)
+            return f.value()
+
+        fut.then(done)
+    torch.cuda.synchronize()
+    rows = comm.drain()
+    durations = rows["t_end"] - rows["t_start"]
+    assert durations[0::2] == pytest.approx([0.005, 0.005], rel=0.1), durations
+    assert (durations[1::2] < 0.00125).all(), durations
 
 
 def test_nvml_samples_the_gpu_under_load(clock: tuple[int, int]) -> None:
