@@ -254,7 +254,13 @@ def test_the_report_has_an_energy_section_or_one_note_why_not(tmp_path: Path) ->
     energy_sections = [s for s in html.sections(with_it) if s.title == "Energy"]
     assert len(energy_sections) == 1 and not any("energy" in n for n in html.notes(with_it))
     assert "J/sample" in html.render_markdown(with_it, [])
+    figure = dict(html.draw(with_it))["Energy per sample vs ranks"]
+    assert figure is not None
+    timed_samples = N_RANKS * (N_ITERS - 1) * BATCH
+    assert figure.data["energy_per_sample_j"].tolist() == pytest.approx([720 / timed_samples])
+    assert figure.data["ranks"].tolist() == [N_RANKS]
     without = pipeline.analyse(unmeasured)
+    assert dict(html.draw(without))["Energy per sample vs ranks"] is None  # no axis drawn empty
     assert "Energy" not in [s.title for s in html.sections(without)]
     said = [n for n in html.notes(without) if "energy" in n]
     assert said == ["energy: not measured: no energy source was read: rapl: absent: no /x; nvml: absent: y"]

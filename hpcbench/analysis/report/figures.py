@@ -56,6 +56,12 @@ def efficiency(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     return _metric_vs_ranks(stats, "efficiency")
 
 
+@figure("Energy per sample vs ranks")
+def energy_per_sample(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
+    """J/sample against N where some point has its energy (else None: the notes say why)."""
+    return _metric_vs_ranks(stats, "energy_per_sample_j")
+
+
 def _labelled(stats: pd.DataFrame) -> tuple[list[str], list[str]]:
     """Each row's label and point id."""
     return [point_label(r) for _, r in stats.iterrows()], [str(p) for p in stats["point"]]
