@@ -3,6 +3,11 @@
 ``gpu_util`` (percent), ``gpu_mem_bytes`` (memory used on the whole device), ``gpu_power_w``
 and ``gpu_sm_clock_mhz``. NVML is initialised once, at construction, and shut down by
 `close`. Each metric is probed once then: one the GPU does not support stays NaN / -1.
+
+``gpu_power_w`` is the board's instantaneous power (the field ``NVML_FI_DEV_POWER_INSTANT``)
+where NVML answers it, else ``nvmlDeviceGetPowerUsage``, which recent boards average over the
+last second (on one H200 both gave 690-692 W under a steady load); the source's description
+says which (`power_reader`).
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ class GpuReader:
         if isinstance(name, bytes):  # older nvidia-ml-py returns bytes
             name = name.decode(errors="replace")
         self._nvml, self._gpu = pynvml, handle
+        power, power_how = power_reader(pynvml, handle)
         reads: list[tuple[str, Callable[[], float]]] = [
             ("gpu_util", lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)),
             ("gpu_mem_bytes", lambda: int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)),
-            ("gpu_power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0),  # mW -> W
+            ("gpu_power_w", power),
             ("gpu_sm_clock_mhz", lambda: float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))),
         ]
         # Probe each metric once: one a GPU does not support (power on some boards) stays
@@ -66,6 +72,8 @@ class GpuReader:
         description = f"nvml: GPU {index} ({name})"
         if missing:
             description += " without " + ", ".join(missing)
+        if ("gpu_power_w", power) in self._reads:
+            description += f"; {power_how}"
         log.set("gpu", description)
 
     def _shutdown(self, nvml: Any) -> None:
@@ -91,3 +99,29 @@ class GpuReader:
             self._nvml = self._gpu = None
             self._reads = []
             self._shutdown(nvml)
+
+
+INSTANT = "power: instantaneous (NVML_FI_DEV_POWER_INSTANT)"
+AVERAGED = "power: nvmlDeviceGetPowerUsage (averaged by the board, over a second on recent GPUs)"
+
+
+def power_reader(nvml: Any, handle: Any) -> tuple[Callable[[], float], str]:
+    """How to read GPU `handle`'s power in watts, and its description: the instantaneous field
+    where NVML has it and answers it for this GPU (asked once here), else the averaged reading."""
+    field = getattr(nvml, "NVML_FI_DEV_POWER_INSTANT", None)
+
+    def instant() -> float:
+        (value,) = nvml.nvmlDeviceGetFieldValues(handle, [field])
+        if value.nvmlReturn != nvml.NVML_SUCCESS:
+            raise nvml.NVMLError(value.nvmlReturn)
+        return float(value.value.uiVal) / 1000.0  # mW -> W
+
+    why = "this pynvml has no NVML_FI_DEV_POWER_INSTANT"
+    if field is not None:
+        try:
+            instant()
+        except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED on older boards and drivers: the averaged reading
+            why = f"no instantaneous power: {describe(exc)}"
+        else:
+            return instant, INSTANT
+    return (lambda: nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0), f"{AVERAGED} ({why})"
