@@ -16,6 +16,8 @@ table; docs/metrics-and-model.md, "Energy sources"):
   iterations; `energy_per_token_j` = that / tokens per sample (sequence models);
 - `power_gpu_w`: the mean over GPUs of each one's joules / seconds; `power_cpu_w` and
   `power_dram_w`: the mean over hosts of the host's packages' (DRAM's) summed watts;
+  `power_node_w`: the mean over hosts of the node meter's watts (IPMI DCMI, where the site has
+  one): the whole node, so it is not added into `energy_j`, which sums the parts;
 - `energy_note`: why the figures are blank: no source was read (each source's reason, from
   the provenance `energy_sources` of rank 0, which reads its host's RAPL), a file written
   before energy was recorded, or an untrusted window.
@@ -36,10 +38,10 @@ from hpcbench.store.energy import RECORDED_SOURCES, EnergySample, EnergyWindow, 
 from hpcbench.store.reader import PointData
 
 COLUMNS = ["energy_j", "energy_per_sample_j", "energy_per_token_j", "power_gpu_w", "power_cpu_w", "power_dram_w",
-           "energy_note", "power_samples", "power_sample_hz", "power_note"]  # fmt: skip
+           "power_node_w", "energy_note", "power_samples", "power_sample_hz", "power_note"]  # fmt: skip
 MLPERF_MIN_HZ, MLPERF_MIN_SAMPLES = 1.0, 60  # MLPerf power's sampling: at least 1 Hz, at least 60 samples
 SHOWN = ("energy_per_sample_j", "power_gpu_w", "power_cpu_w", "power_dram_w")  # `analyze`'s columns
-_KIND = re.compile(r"^(package|dram|gpu|psys)(?:-\d+)?(?:@.*)?$")
+_KIND = re.compile(r"^(package|dram|gpu|psys|node)(?:-\d+)?(?:@.*)?$")
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,8 @@ class Counter:
 
     @property
     def kind(self) -> str:
-        """ "package", "dram", "gpu", "psys", or "" for a counter inside another (core, uncore)."""
+        """ "package", "dram", "gpu", "psys", "node" (a node meter), or "" for a counter inside
+        another (core, uncore)."""
         found = _KIND.match(self.domain)
         return found.group(1) if found else ""
 
@@ -164,6 +167,7 @@ def row(p: PointData) -> dict[str, Any]:
         power_gpu_w=float(np.mean(gpus)) if gpus else math.nan,
         power_cpu_w=_per_host(found, "package"),
         power_dram_w=_per_host(found, "dram"),
+        power_node_w=_per_host(found, "node"),
         energy_note="",
     )
     return out

@@ -91,6 +91,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("power_gpu_w", "GPU W", number(1), "mean over GPUs of joules / seconds"),
     Metric("power_cpu_w", "CPU W", number(1), "mean over hosts of their packages' watts (RAPL)"),
     Metric("power_dram_w", "DRAM W", number(1), "mean over hosts of their DRAM's watts (RAPL)"),
+    Metric("power_node_w", "node W", number(1), "mean over hosts of their node meter's watts (IPMI DCMI)"),
 )
 BY_KEY = {m.key: m for m in METRICS}
 REPEATED = [m.key for m in METRICS if m.repeated]

@@ -23,16 +23,20 @@ from typing import NamedTuple
 
 NVML_UPDATE_INTERVAL_S = 0.1  # NVML's energy counter moves every 20-100 ms (the slowest boards: 100)
 RAPL_UPDATE_INTERVAL_S = 0.001  # RAPL's counters move about every millisecond
+IPMI_UPDATE_INTERVAL_S = 1.0  # a BMC's DCMI power reading: averaged over about a second
 
 # The `source` of a recorded row (/energy), and the update interval below which a window of
-# it is not a measurement: RAPL; NVML's energy counter; NVML's power integrated between reads.
+# it is not a measurement: RAPL; NVML's energy counter; NVML's power integrated between reads;
+# a node meter's power (IPMI DCMI) integrated between reads.
 RAPL = "rapl"
 NVML_COUNTER = "nvml-counter"
 NVML_POWER = "nvml-power"
+IPMI_POWER = "ipmi-power"
 RECORDED_SOURCES = {
     RAPL: RAPL_UPDATE_INTERVAL_S,
     NVML_COUNTER: NVML_UPDATE_INTERVAL_S,
     NVML_POWER: NVML_UPDATE_INTERVAL_S,
+    IPMI_POWER: IPMI_UPDATE_INTERVAL_S,
 }
 
 

@@ -119,7 +119,7 @@ ENERGY = (
     POINT,
     RANK,
     Column("t_ns", pa.int64(), "ns", f"time of the reading (between steps), {_SINCE_EPOCH}", "delta"),
-    Column("source", STRING, "", "rapl | nvml-counter | nvml-power", "dictionary"),
+    Column("source", STRING, "", "rapl | nvml-counter | nvml-power | ipmi-power", "dictionary"),
     Column("domain", STRING, "", "the counter read: package-0, dram-0, psys, gpu-0, ...", "dictionary"),
     Column(
         "microjoules",

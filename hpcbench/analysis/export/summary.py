@@ -39,7 +39,7 @@ UNITS = {
     "lif_excess": "fraction", "comm_total_s": "s", "tokens_per_s": "tokens/s", "tokens_per_s_device": "tokens/s",
     "tflops_device": "TFLOP/s", "mfu": "fraction", "peak_device_gib": "GiB", "peak_host_gib": "GiB",
     "seq_len": "tokens", "energy_j": "J", "energy_per_sample_j": "J", "energy_per_token_j": "J", "power_gpu_w": "W",
-    "power_cpu_w": "W", "power_dram_w": "W", "power_sample_hz": "Hz",
+    "power_cpu_w": "W", "power_dram_w": "W", "power_node_w": "W", "power_sample_hz": "Hz",
     **{f"{phase}_s": "s" for phase in ("data", "h2d", "forward", "backward", "comm", "update")},
 }  # fmt: skip
 

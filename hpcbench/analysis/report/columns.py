@@ -120,14 +120,15 @@ ENERGY = [
     *IDENT,
     Column.of("throughput"),
     *(Column.of(key) for key in ("energy_j", "energy_per_sample_j", "energy_per_token_j")),
-    *(Column.of(key) for key in ("power_gpu_w", "power_cpu_w", "power_dram_w")),
+    *(Column.of(key) for key in ("power_gpu_w", "power_cpu_w", "power_dram_w", "power_node_w")),
     Column("energy_note", "why blank"),
 ]
 ENERGY_ABOUT = (
     "What the counters read over the timed window (warm-up ended to loop ended), read between steps: each GPU's "
     "through NVML (its energy counter, or its power integrated between reads), each host's CPU packages and DRAM "
     "through RAPL. Energy = Σ packages, DRAM and GPUs (cores and uncore are inside their package); per sample: over "
-    "the samples of the timed iterations; power: per GPU, and per host for CPU and DRAM. A window shorter than a "
+    "the samples of the timed iterations; power: per GPU, and per host for CPU and DRAM; node W: the node meter's "
+    "(IPMI DCMI) where the site has one, the whole node, not added into the energy. A window shorter than a "
     "counter's update interval is not a measurement: the point's figures are blank and the last column says why."
 )
 WORKLOAD_ABOUT = (

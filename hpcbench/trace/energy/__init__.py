@@ -4,6 +4,8 @@
   from the kernel's powercap tree; cumulative microjoules, wraps counted.
 - `NvmlEnergyReader` (nvml.py): a GPU's energy counter through NVML, or its power
   integrated over time where the board has no counter.
+- `IpmiPowerReader` (ipmi.py): a node's power meter (IPMI DCMI power reading), integrated over
+  time, where the site sets ``HPCBENCH_NODE_METER``.
 - hpcbench/store/energy.py (beside the point file's `/energy` table, which the analysis reads
   with it): `EnergySample` (one reading), `energy_between` (two readings, flagged where the
   window is shorter than the counter's update interval), `summarise` (a window's joules,
@@ -20,6 +22,7 @@ this machine offers (for ``hpcbench check``).
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from hpcbench.store.energy import (
@@ -31,6 +34,8 @@ from hpcbench.store.energy import (
     energy_between,
     summarise,
 )
+from hpcbench.trace.energy.ipmi import VARIABLE as NODE_METER_VARIABLE
+from hpcbench.trace.energy.ipmi import IpmiPowerReader
 from hpcbench.trace.energy.nvml import NvmlEnergyReader
 from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
 
@@ -40,6 +45,7 @@ __all__ = [
     "Absent",
     "EnergySample",
     "EnergyWindow",
+    "IpmiPowerReader",
     "NvmlEnergyReader",
     "RaplReader",
     "Summary",
@@ -51,7 +57,8 @@ __all__ = [
 
 def sources_here(root: str = POWERCAP_ROOT, nvml: Any = None) -> list[str]:
     """One line per energy source of this machine: "rapl: package-0, dram-0 (readable)",
-    "rapl: absent: <why>", "nvml energy: GPU 0 (<name>): <method>", "nvml energy: absent: <why>".
+    "rapl: absent: <why>", "node meter: ..." (where ``HPCBENCH_NODE_METER`` is set), "nvml energy:
+    GPU 0 (<name>): <method>", "nvml energy: absent: <why>".
 
     Opens each source, reads it once and closes it again. `nvml`: pynvml or a stand-in.
     """
@@ -61,6 +68,10 @@ def sources_here(root: str = POWERCAP_ROOT, nvml: Any = None) -> list[str]:
     else:
         lines = [f"rapl: {rapl.describe()}"]
         rapl.close()
+    node_meter = os.environ.get(NODE_METER_VARIABLE)
+    if node_meter is not None:
+        node = IpmiPowerReader.open(node_meter)
+        lines.append(f"node meter: {node if isinstance(node, Absent) else node.describe()}")
     gpus = NvmlEnergyReader.open_all(nvml)
     if isinstance(gpus, Absent):
         return [*lines, f"nvml energy: {gpus}"]

@@ -10,7 +10,9 @@ samples are. Which counters a rank reads:
   local rank, as the sampler's; recorded as source "nvml-counter" (the energy counter) or
   "nvml-power" (power integrated between reads);
 - its host's RAPL domains (`RaplReader`), by the host's local rank 0 only (one reader per
-  host: the counters are the host's, not the rank's); source "rapl".
+  host: the counters are the host's, not the rank's); source "rapl";
+- where the site sets ``HPCBENCH_NODE_METER`` (ipmi.py), its node's power meter through a DCMI
+  power reading, by the host's local rank 0 only; source "ipmi-power", domain "node".
 
 `sources` says, per source, how it is read (the reader's `describe()`), or "absent: <why>"
 where it cannot be, or "not read: <why>" where this rank is not the one to read it: the
@@ -27,16 +29,19 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
-from hpcbench.store.energy import NVML_COUNTER, NVML_POWER, RAPL, Absent
+from hpcbench.store.energy import IPMI_POWER, NVML_COUNTER, NVML_POWER, RAPL, Absent
 from hpcbench.store.schema import ENERGY_DTYPE
+from hpcbench.trace.energy.ipmi import VARIABLE as NODE_METER_VARIABLE
+from hpcbench.trace.energy.ipmi import IpmiPowerReader
 from hpcbench.trace.energy.nvml import COUNTER, NvmlEnergyReader
 from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
 from hpcbench.trace.sources import describe
 
+Reader: TypeAlias = "RaplReader | NvmlEnergyReader | IpmiPowerReader"
 ROOT_VARIABLE = "HPCBENCH_POWERCAP_ROOT"  # tests: a powercap tree laid out as the kernel's
 
 
@@ -67,15 +72,18 @@ class EnergyMeter:
         self._offset_ns = clock_offset_ns - epoch_ns
         self.sources: dict[str, str] = {}
         self.errors = 0
-        self._readers: list[
-            tuple[str, str, RaplReader | NvmlEnergyReader]
-        ] = []  # (name in sources, recorded source, reader)
+        self._readers: list[tuple[str, str, Reader]] = []  # (name in sources, recorded source, reader)
         self._rows: list[tuple[int, float, bytes, bytes, int]] = []
+        node_meter = os.environ.get(NODE_METER_VARIABLE)
         if local_rank == 0:
             rapl = RaplReader.open(root or powercap_root())
             self._add("rapl", RAPL, rapl)
+            if node_meter is not None:
+                self._add("node", IPMI_POWER, IpmiPowerReader.open(node_meter))
         else:
             self.sources["rapl"] = "not read: local rank 0 reads its host's"
+            if node_meter is not None:
+                self.sources["node"] = "not read: local rank 0 reads its host's"
         if gpu_index is None:
             self.sources["nvml"] = "not read: the point runs on the CPU"
         else:
@@ -83,7 +91,7 @@ class EnergyMeter:
             recorded = NVML_POWER if isinstance(gpu, Absent) or gpu.method != COUNTER else NVML_COUNTER
             self._add("nvml", recorded, gpu)
 
-    def _add(self, name: str, recorded: str, reader: RaplReader | NvmlEnergyReader | Absent) -> None:
+    def _add(self, name: str, recorded: str, reader: Reader | Absent) -> None:
         if isinstance(reader, Absent):
             self.sources[name] = str(reader)
             return
@@ -127,6 +135,6 @@ class EnergyMeter:
             _close(reader)
 
 
-def _close(reader: RaplReader | NvmlEnergyReader) -> None:
+def _close(reader: Reader) -> None:
     with contextlib.suppress(Exception):  # closing after a failure already reported
         reader.close()
