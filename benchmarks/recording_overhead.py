@@ -5,8 +5,8 @@
 
 Runs one rank of the torch adapter (DDP over gloo, world size 1; over NCCL with
 `--device cuda`) and alternates blocks of iterations with full tracing (phase marks, every
-all-reduce message, the resource sampler thread, drains and HDF5 writes through the
-one-writer path; on a GPU, CUDA events and NVML) and with a recorder that records nothing,
+all-reduce message, the resource sampler thread, drains, the energy counters' reads and HDF5
+writes through the one-writer path; on a GPU, CUDA events and NVML) and with a recorder that records nothing,
 so that both arms see the same machine state. On a GPU each block ends by waiting for the
 device, in both arms, so that a block's wall time is the device's work.
 Prints the ratio on/off of total times (goal <= 1.01; HDF5 writes included, one every
@@ -42,6 +42,7 @@ from hpcbench.rank.net import free_port
 from hpcbench.spec import Options, Point
 from hpcbench.store import schema
 from hpcbench.store.writer import FileMeta, open_writer
+from hpcbench.trace.energy.meter import EnergyMeter
 from hpcbench.trace.messages import CommRecorder
 from hpcbench.trace.recorder import NullRecorder, Phase, Recorder, clock_offset_ns
 from hpcbench.trace.sampler import Sampler
@@ -142,6 +143,7 @@ class Bench:
         row = np.zeros((), dtype=schema.RANK_DTYPE)
         meta = FileMeta(root={"epoch_ns": 0}, point={"id": "bench", "json": point.to_json()})
         self.sampler = Sampler(0, args.sample_period, offset, 0, gpu_index=0 if self.cuda else None)
+        self.energy = EnergyMeter(0, offset, 0, 0, 0 if self.cuda else None)  # read at each flush, as the worker does
         self.off = NullRecorder(1, offset, 0)
         self.arms: dict[str, tuple[Recorder, Any]] = {}
         iterations = (WARMUP_BLOCKS + args.blocks) * args.block
@@ -152,8 +154,10 @@ class Bench:
     def flush(self, rec: Recorder, writer: Any) -> None:
         first = rec.first
         rows = rec.drain()  # before the messages, as the worker does
+        self.energy.read()
         messages = rec.comm.drain() if rec.comm is not None else np.zeros(0, dtype=schema.COMM_DTYPE)
-        writer.write_iterations(first, rows, {"comm": messages, "resources": self.sampler.drain()})
+        tables = {"comm": messages, "resources": self.sampler.drain(), "energy": self.energy.drain()}
+        writer.write_iterations(first, rows, tables)
 
     def block(self, name: str) -> tuple[float, float]:
         """One block of arm `name` ("off": nothing recorded); its wall and main-thread CPU seconds."""
@@ -185,6 +189,7 @@ class Bench:
         for rec, writer in self.arms.values():
             self.flush(rec, writer)
             writer.close(schema.STATUS_COMPLETE)
+        self.energy.close()
         return times
 
 
