@@ -121,8 +121,12 @@ def test_ranks_killed_at_random_keep_flushed_rows_and_resume_completes(
     rng = random.Random(seed)
     launcher = ("srun", "mpirun")[seed % 2]
     whole_job = seed % 3 == 2
+    # Once a rank died, mpirun's daemons stop the others in 2 x odls_base_sigkill_timeout
+    # whatever they do (Open MPI 4.1 sleeps, sends SIGTERM, sleeps, sends SIGKILL): Open MPI's
+    # own 1 s here, not the test cluster's 10 s, which is for ranks that stop together
+    environ = {"OMPI_MCA_odls_base_sigkill_timeout": "1"} if launcher == "mpirun" else {}
     spec = slurm_spec(
-        f"slurmcrash{seed}", {"nodes": [2]}, launcher=launcher, ranks_per_node=1, threads=1,
+        f"slurmcrash{seed}", {"nodes": [2]}, launcher=launcher, ranks_per_node=1, threads=1, environ=environ,
         iterations=600, warmup=0, batch_size=BATCH, options={"flush_every": FLUSH_EVERY, "sample_period_s": 0.05},
     )  # fmt: skip
     out = tmp_path / "sweep"
