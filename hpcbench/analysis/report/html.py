@@ -272,7 +272,7 @@ def render_html(analysis: Analysis, drawn: Drawn) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<link rel="icon" href="data:,">',  # no favicon request: the page needs nothing outside itself
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>",
-        f"<script>{plotly_js()}</script></head><body>" if any(p is not None for _, p in drawn) else "</head><body>",
+        "</head><body>",
         f"<h1>{html.escape(title)}</h1>",
         *(f'<p class="headline">{html.escape(line)}</p>' for line in analysis.headlines),
         f"<p>{len(analysis.stats)} points from {html.escape(str(analysis.directory))}, written {created}.</p>",
@@ -286,6 +286,8 @@ def render_html(analysis: Analysis, drawn: Drawn) -> str:
         if section.about:
             out.append(f"<p>{html.escape(section.about)}</p>")
         out.append(html_table(section.table, section.columns))
+    if any(p is not None for _, p in drawn):
+        out.append(plotly_js())  # last: run once the page has loaded (plot.DRAW)
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
