@@ -22,8 +22,11 @@ Evaluation compiles a fifth function (running statistics, no dropout). Inputs ar
 arrays handed to the compiled functions (no `h2d` phase: 0 s). All gradients come out of
 one backward function, so backward and communication do not overlap. The first compile of
 a model takes 15-20 s per function for the plain models, half a minute for AlexNet's and
-about 6 minutes for ResNet-50's in Theano on a busy 2-core machine; compiled graphs are
-cached per environment (`library.py`), so later runs start sooner. PyTensor's Numba linker
+about 6 minutes for ResNet-50's in Theano on a busy 2-core machine; its C code is cached
+per environment (`library.py`), and Theano's compiled functions too, keyed by their graphs
+(`compiled.py`): a later build of the same graphs (the other ranks' of a later point,
+another run) unpickles them (ResNet-50: about 13 s instead of 50 with the C code cached).
+Theano's functions are compiled when made; PyTensor's Numba linker
 compiles on the first call (`build` calls forward and backward once): AlexNet's in about
 2 minutes, but ResNet-50's took over 20, so PyTensor refuses GoogLeNet, ResNet-50 and
 Inception v3 (`PYTENSOR_TOO_SLOW`: at planning for the `modern` environment, else in
@@ -41,7 +44,7 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks._mpi import HostMPIFramework
 from hpcbench.frameworks.base import ADAM, FRAMEWORKS, Problem, checksum, model_for, transformers_refused
 from hpcbench.frameworks.jax import weights as zoo_weights
-from hpcbench.frameworks.theano import library
+from hpcbench.frameworks.theano import compiled, library
 from hpcbench.rank.collectives import Comm
 from hpcbench.rank.env import RankEnv
 from hpcbench.registry import import_error
@@ -96,47 +99,41 @@ class TheanoFramework(HostMPIFramework):
         self.lib = library.load()
 
     def build(self, point: Point) -> None:
-        from hpcbench.frameworks.theano import layers
-
-        lib, T = self.lib, self.lib.tensor
+        lib = self.lib
         if lib.name == "pytensor" and point.model in PYTENSOR_TOO_SLOW:  # an environment planning could not tell
             raise HpcbenchError(f"theano (PyTensor) does not build {point.model}: {PYTENSOR_TOO_SLOW[point.model]}")
         model = self._model = model_for(point)
-        steps = zoo_weights.steps(model)
         named = zoo_weights.initial(model, point.seed)
         for _, w in named:
             self.mpi.Bcast(w, root=0)
         self._names = [n for n, _ in named]
-        self.weights = [lib.module.shared(w, name=n) for n, w in named]
+        weights = [lib.module.shared(w, name=n) for n, w in named]
+        state = [lib.module.shared(v, name=n) for n, v in zoo_weights.state(model)]
 
-        self.state = [lib.module.shared(v, name=n) for n, v in zoo_weights.state(model)]
-
-        x, y = T.tensor4("x", dtype="float32"), T.lvector("y")
         # Dropout masks differ per rank (each trains on samples of its own) and per call.
-        train = layers.forward(lib, steps, self.weights, x, self.state, seed=point.seed * 1_000_003 + self.rank)
-        cost = layers.loss(lib, model.task, train.output, x, y)
-        self._forward = lib.module.function([x, y], [cost, *train.saved], updates=train.updates)
-        saved = [o.type() for o in train.saved]  # the forward's saved tensors, given back to backward
-        last = lib.module.grad(layers.loss(lib, model.task, saved[-1], x, y), saved[-1])
-        grads = layers.backward(lib, steps, self.weights, x, saved, last)
-        self._backward = lib.module.function([x, *saved, y], grads, on_unused_input="ignore")
-        averaged = [w.type() for w in self.weights]
-        updates = _updates(lib, point.optimizer, point.lr, self.momentum, self.weights, averaged)
-        self._update = lib.module.function(averaged, [], updates=updates)
-        evaluation = layers.forward(lib, steps, self.weights, x, self.state, train=False).output
-        self._evaluate = lib.module.function([x, y], [layers.loss(lib, model.task, evaluation, x, y), evaluation])
+        seed = point.seed * 1_000_003 + self.rank
+        specs = function_specs(lib, model, weights, state, seed, point.optimizer, point.lr, self.momentum)
+        # Compiled, or the same graphs' functions from the cache (Theano: `compiled.py`),
+        # on shared variables of their own: the weights and statistics read back are theirs.
+        built = compiled.functions(lib, specs, [*weights, *state])
+        self.weights, self.state = built.shared[: len(weights)], built.shared[len(weights) : len(weights) + len(state)]
+        fns = built.functions
+        self._forward, self._backward, self._update, self._evaluate = (
+            fns["forward"], fns["backward"], fns["update"], fns["evaluate"]
+        )  # fmt: skip
 
         shard = self.load_data(point, model, self.rank, self.size)
-        # PyTensor's Numba linker compiles a function on its first call (a minute for a
-        # backward graph on a busy machine): call forward and backward once here, outside the
-        # timed loop, on the first batch's shape (the weights are not updated, the BatchNorms'
-        # running statistics are put back).
-        x0, y0 = shard.train.x[: point.batch_size], shard.train.y[: point.batch_size]
-        before = [s.get_value() for s in self.state]
-        _, *outs0 = self._forward(x0, y0)
-        self._backward(x0, *outs0, y0)
-        for i, value in enumerate(before):
-            self.state[i].set_value(value)
+        if lib.name == "pytensor":
+            # PyTensor's Numba linker compiles a function on its first call (a minute for a
+            # backward graph on a busy machine): call forward and backward once here, outside
+            # the timed loop, on the first batch's shape (the weights are not updated, the
+            # BatchNorms' running statistics are put back). Theano compiled them already.
+            x0, y0 = shard.train.x[: point.batch_size], shard.train.y[: point.batch_size]
+            before = [s.get_value() for s in self.state]
+            _, *outs0 = self._forward(x0, y0)
+            self._backward(x0, *outs0, y0)
+            for i, value in enumerate(before):
+                self.state[i].set_value(value)
 
     def _exchange(self, rec: Recorder, grads: list[Any]) -> list[np.ndarray]:
         """Every gradient summed over the ranks in place, last layer first, each timed; then averaged."""
@@ -167,6 +164,39 @@ class TheanoFramework(HostMPIFramework):
     def versions(self) -> dict[str, str]:
         lib = self.lib
         return {"theano_library": lib.name, lib.name: lib.version, **lib.flags()}
+
+
+def function_specs(
+    lib: library.Library,
+    model: zoo.Model,
+    weights: list[Any],
+    state: list[Any],
+    seed: int,
+    optimizer: str,
+    lr: float,
+    momentum: float,
+) -> dict[str, compiled.Spec]:
+    """The four functions of a step and the evaluation's, as graphs on the shared `weights`
+    and `state` (`state`: the BatchNorms' running statistics); `seed` seeds the dropout
+    masks' random streams."""
+    from hpcbench.frameworks.theano import layers
+
+    T = lib.tensor
+    steps = zoo_weights.steps(model)
+    x, y = T.tensor4("x", dtype="float32"), T.lvector("y")
+    train = layers.forward(lib, steps, weights, x, state, seed=seed)
+    cost = layers.loss(lib, model.task, train.output, x, y)
+    saved = [o.type() for o in train.saved]  # the forward's saved tensors, given back to backward
+    last = lib.module.grad(layers.loss(lib, model.task, saved[-1], x, y), saved[-1])
+    grads = layers.backward(lib, steps, weights, x, saved, last)
+    averaged = [w.type() for w in weights]
+    evaluation = layers.forward(lib, steps, weights, x, state, train=False).output
+    return {
+        "forward": compiled.Spec([x, y], [cost, *train.saved], train.updates),
+        "backward": compiled.Spec([x, *saved, y], grads, kwargs={"on_unused_input": "ignore"}),
+        "update": compiled.Spec(averaged, [], _updates(lib, optimizer, lr, momentum, weights, averaged)),
+        "evaluate": compiled.Spec([x, y], [layers.loss(lib, model.task, evaluation, x, y), evaluation]),
+    }
 
 
 def _library_of(point: Point) -> str | None:

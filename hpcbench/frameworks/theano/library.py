@@ -5,8 +5,11 @@ imports, else PyTensor, its maintained successor (the `modern` environment); bot
 same tensor API for what the adapter uses. Before the import:
 
 - Theano: `THEANO_FLAGS` gets `floatX=float32`, an empty `blas.ldflags` (without it the
-  import fails looking for a BLAS to link against: it then calls numpy's) and
-  `base_compiledir`, a compile cache per interpreter;
+  import fails looking for a BLAS to link against: it then calls numpy's),
+  `base_compiledir`, a compile cache per interpreter, and `compile.wait=1`: a rank that
+  finds the cache locked by another (the ranks of a host share it) tries again after 1-2 s
+  instead of Theano's 5-10 s (ResNet-50's functions compile 4 modules of their own in every
+  process, each under the lock);
 - PyTensor: `PYTENSOR_FLAGS` gets `floatX=float32` and `base_compiledir`, and
   `NUMBA_CACHE_DIR` the same cache (its default linker compiles through Numba).
 
@@ -110,7 +113,8 @@ def load(prefer: str | None = None) -> Library:
         cache = cache_dir(name)
         cache.mkdir(parents=True, exist_ok=True)
         if name == "theano":
-            _add_flags("THEANO_FLAGS", {"floatX": "float32", "blas.ldflags": "", "base_compiledir": str(cache)})
+            flags = {"floatX": "float32", "blas.ldflags": "", "base_compiledir": str(cache), "compile.wait": "1"}
+            _add_flags("THEANO_FLAGS", flags)
         else:
             _add_flags("PYTENSOR_FLAGS", {"floatX": "float32", "base_compiledir": str(cache)})
             os.environ.setdefault("NUMBA_CACHE_DIR", str(cache / "numba"))
