@@ -29,7 +29,7 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any, TypeAlias
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +41,6 @@ from hpcbench.trace.energy.nvml import COUNTER, NvmlEnergyReader
 from hpcbench.trace.energy.rapl import POWERCAP_ROOT, RaplReader
 from hpcbench.trace.sources import describe
 
-Reader: TypeAlias = "RaplReader | NvmlEnergyReader | IpmiPowerReader"
 ROOT_VARIABLE = "HPCBENCH_POWERCAP_ROOT"  # tests: a powercap tree laid out as the kernel's
 
 
@@ -72,7 +71,8 @@ class EnergyMeter:
         self._offset_ns = clock_offset_ns - epoch_ns
         self.sources: dict[str, str] = {}
         self.errors = 0
-        self._readers: list[tuple[str, str, Reader]] = []  # (name in sources, recorded source, reader)
+        # (name in sources, recorded source, reader)
+        self._readers: list[tuple[str, str, RaplReader | NvmlEnergyReader | IpmiPowerReader]] = []
         self._rows: list[tuple[int, float, bytes, bytes, int]] = []
         node_meter = os.environ.get(NODE_METER_VARIABLE)
         if local_rank == 0:
@@ -91,7 +91,7 @@ class EnergyMeter:
             recorded = NVML_POWER if isinstance(gpu, Absent) or gpu.method != COUNTER else NVML_COUNTER
             self._add("nvml", recorded, gpu)
 
-    def _add(self, name: str, recorded: str, reader: Reader | Absent) -> None:
+    def _add(self, name: str, recorded: str, reader: RaplReader | NvmlEnergyReader | IpmiPowerReader | Absent) -> None:
         if isinstance(reader, Absent):
             self.sources[name] = str(reader)
             return
@@ -135,6 +135,6 @@ class EnergyMeter:
             _close(reader)
 
 
-def _close(reader: Reader) -> None:
+def _close(reader: RaplReader | NvmlEnergyReader | IpmiPowerReader) -> None:
     with contextlib.suppress(Exception):  # closing after a failure already reported
         reader.close()
