@@ -77,7 +77,7 @@ def functions(lib: Library, specs: Mapping[str, Spec], shared: Sequence[Any], ro
     if lib.name != "theano":
         return Compiled(_compile(lib, specs), list(shared), loaded=False)
     every = _shared_of(lib, specs, shared)
-    path = (root or cache_dir(lib.name)) / "functions" / f"{key(lib, specs, every)}.pkl"
+    path = (root or cache_dir(lib.name)) / "functions" / f"{_digest(lib, specs, every)}.pkl"
     found = _load(path, len(every))
     if found is not None:
         fns, theirs = found
@@ -95,8 +95,13 @@ def functions(lib: Library, specs: Mapping[str, Spec], shared: Sequence[Any], ro
 def key(lib: Library, specs: Mapping[str, Spec], shared: Sequence[Any] = ()) -> str:
     """The SHA-256 (hex) of what the compiled functions of `specs` depend on (module doc);
     `shared` as `functions` is given it."""
+    return _digest(lib, specs, _shared_of(lib, specs, shared))
+
+
+def _digest(lib: Library, specs: Mapping[str, Spec], every: Sequence[Any]) -> str:
+    """`key`, `every` being all the shared variables already (`_shared_of`)."""
     digest = hashlib.sha256()
-    for part in _described(lib, specs, _shared_of(lib, specs, shared)):
+    for part in _described(lib, specs, every):
         digest.update(part.encode())
         digest.update(b"\n")
     return digest.hexdigest()
