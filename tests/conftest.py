@@ -110,15 +110,34 @@ SLOW_FOLDERS = frozenset({"mpi", "slurm", "net", "envs", "frameworks", "gpu"})
 SLOW_MARKERS = ("mpi", "slurm", "gpu")
 
 
+# Parallel runs (`pytest -n 2`, pytest-xdist, docs/testing.md): a module's tests stay on one
+# worker, so its module-scoped set-up is made once; the tests that start a Slurm cluster (the
+# test cluster, the network lab's, both on this host) form one group, run one after another.
+# Groups are handed out costliest first, so that no long one starts last.
+CLUSTER_FOLDERS = frozenset({"slurm", "net"})
+FOLDER_ORDER = ("slurm", "net", "frameworks", "envs", "mpi", "analysis", "cli")
+
+
+def _folder(item: pytest.Item) -> str:
+    try:
+        return Path(item.path).resolve().relative_to(Path(__file__).resolve().parent).parts[0]
+    except ValueError:  # a test file outside tests/ (pytester's)
+        return ""
+
+
+def _rank(folder: str) -> int:
+    return FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    tests = Path(__file__).resolve().parent
     for item in items:
-        try:
-            folder = Path(item.path).resolve().relative_to(tests).parts[0]
-        except ValueError:  # a test file outside tests/ (pytester's)
-            folder = ""
+        folder = _folder(item)
         if folder in SLOW_FOLDERS or any(item.get_closest_marker(m) for m in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+        group = "clusters" if folder in CLUSTER_FOLDERS else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: _rank(_folder(item)))  # stable: a module's order is kept
 
 
 def skip_unless_required(why: str) -> NoReturn:
