@@ -3,11 +3,13 @@ installs it (`installed`)."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -127,6 +129,40 @@ def _folder(item: pytest.Item) -> str:
 
 def _rank(folder: str) -> int:
     return FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
+
+
+def _lock_files() -> tuple[Path, Path] | None:
+    """The turnstile and the lock every worker of this parallel run shares (None: not parallel)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return None
+    base = Path(tempfile.gettempdir()) / f"hpcbench-tests-{run}"
+    return base.with_suffix(".turnstile"), base.with_suffix(".lock")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A test marked `quiet` (its claim is about a machine's load, a shaped link's rate) runs
+    with no other test beside it: under `pytest -n` it takes the lock exclusively, the others
+    share it. The turnstile keeps the others from starving it: a test takes the turnstile
+    before the lock, and a quiet test holds it until it is done."""
+    files = _lock_files()
+    if files is None:
+        return (yield)
+    quiet = item.get_closest_marker("quiet") is not None
+    with files[0].open("a") as turnstile, files[1].open("a") as lock:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if quiet else fcntl.LOCK_SH)
+        finally:
+            if not quiet:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            if quiet:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -132,6 +132,7 @@ def _interfere(out: Path, victim: int, stop: threading.Event, hogs: list[subproc
         time.sleep(0.05)
 
 
+@pytest.mark.quiet  # the hogs must be the only load on the victim's core
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to pin two ranks apart")
 def test_a_cpu_bound_process_beside_one_rank_of_a_torch_point_is_found(
     write_spec: Callable[..., Path], tmp_path: Path

@@ -286,6 +286,7 @@ def test_thirty_percent_packet_loss_slows_but_completes(lab: Lab, faults: Faults
     no_strays(out, tmp_path)
 
 
+@pytest.mark.quiet  # a rate measured on the throttled link
 def test_a_throttled_link_is_slow_at_its_rate_and_completes(lab: Lab, faults: Faults, tmp_path: Path) -> None:
     rate_mbit, nbytes, iterations = 10.0, 256 * 1024, 300
     out = tmp_path / "sweep"

@@ -41,6 +41,7 @@ def shaped(lab_cluster: NetCluster) -> Iterator[Shaping]:
         lab.unshape(i)
 
 
+@pytest.mark.quiet  # a fitted rate: the ranks' TCP progress must not starve for CPU
 def test_commbench_between_two_nodes_fits_the_shaped_rate(
     lab_cluster: NetCluster, shaped: Shaping, tmp_path: Path
 ) -> None:

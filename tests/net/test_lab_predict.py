@@ -37,6 +37,7 @@ def lab() -> Iterator[Lab]:
         yield lab
 
 
+@pytest.mark.quiet  # measured times against the model: no other test's load beside them
 def test_calibrated_on_two_nodes_the_model_predicts_three_and_four(lab: Lab, tmp_path: Path) -> None:
     result = held_out(lab, tmp_path, [1, 2], [3, 4], WORK)
     print(result.report)
