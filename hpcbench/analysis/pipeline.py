@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hpcbench.analysis import cache, loading, per_point, stats, workload
+from hpcbench.analysis import cache, layouts_measured, loading, per_point, stats, workload
 from hpcbench.analysis.cache import CacheStats
 from hpcbench.analysis.loading import DerivedSweep
 from hpcbench.analysis.model import predict, validate
@@ -39,6 +39,7 @@ class Analysis:
     slow: stragglers.SweepStragglers = field(default_factory=stragglers.SweepStragglers)  # why it is slow
     collectives: pd.DataFrame = field(default_factory=pd.DataFrame)  # per point x op x axis, where layouts run
     specs: dict[str, Point] = field(default_factory=dict)  # each point's fields by point id, in file order
+    layouts: pd.DataFrame = field(default_factory=pd.DataFrame)  # layouts measured beside predicted (layouts_measured)
     cache: CacheStats = field(default_factory=CacheStats)  # what came from the cache (cache.py)
     sweep: DerivedSweep | None = field(default=None, repr=False)
 
@@ -81,12 +82,16 @@ def analyse(
         model = {
             "predictions": predict.predictions(sweep.data(), indexed, link),
             "held_out": validate.held_out(sweep.data(), indexed, link),
+            "layouts": _layouts(sweep, stats_frame, link),
         }
         if store is not None:
             store.put_sweep(cache.sweep_key(sweep.keys, target_accuracy), model)
     preds, held = model["predictions"], model["held_out"]
+    lost = layouts_measured.out_of_memory_points(sweep.directory, [p.point_id for p in sweep.points])
+    layouts = layouts_measured.with_out_of_memory(model.get("layouts", pd.DataFrame()), lost)
     notes = workload.notes(stats_frame) + stats.point_warnings(stats_frame) + stats.repeat_warnings(repeats)
-    headlines = [validate.headline(held), *_oversubscribed(preds), *([slow.headline] if slow.headline else [])]
+    headlines = [validate.headline(held), *layouts_measured.headlines(layouts), *_oversubscribed(preds)]
+    headlines += [slow.headline] if slow.headline else []
     by_axis = per_point.collectives_table(sweep.points) if any(p.point.parallel for p in sweep.points) else None
     return Analysis(
         sweep.directory,
@@ -102,9 +107,19 @@ def analyse(
         slow,
         pd.DataFrame() if by_axis is None else by_axis,
         {p.point_id: p.point for p in sweep.points},
+        layouts,
         sweep.cache_stats,
         sweep,
     )
+
+
+def _layouts(sweep: DerivedSweep, stats_frame: pd.DataFrame, link: LinkCost | None) -> pd.DataFrame:
+    """The layouts measured beside predicted (layouts_measured.table), the points out of memory
+    aside (added on every analysis: they are not among the cache key's complete points)."""
+    if not any(p.point.parallel for p in sweep.points):
+        return pd.DataFrame(columns=layouts_measured.COLUMNS)
+    data = sweep.data()
+    return layouts_measured.table([(p.point_id, p.point) for p in sweep.points], stats_frame, data.__getitem__, link)
 
 
 def _oversubscribed(preds: pd.DataFrame) -> list[str]:

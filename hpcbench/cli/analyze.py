@@ -33,6 +33,7 @@ from hpcbench.analysis.metric_table import Format, metric
 from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.stragglers import whatif
 from hpcbench.cli import failure, textable
+from hpcbench.cli.layouts import format_layouts, measured_layouts
 from hpcbench.cli.main import find_command
 from hpcbench.cli.pipes import quiet_on_closed_pipe
 from hpcbench.cli.progress import FileProgress
@@ -123,6 +124,8 @@ def cmd_summary(directory: Path, out: TextIO, use_cache: bool = True) -> int:
     if any(p.point.parallel for p in sweep.points):
         sweep.with_collectives()
         print(format_collectives(per_point.collectives_table(sweep.points)), file=out)
+        if not (layouts := measured_layouts(sweep, table)).empty:
+            print(format_layouts(layouts), file=out)
     for note in workload.notes(table):
         print(f"note: {note}", file=out)
     if note := energy.sweep_note(table):  # one line for the sweep, not one per point

@@ -26,7 +26,7 @@ from tests.conftest import ROOT, run_module, skip_unless_required, spec_text
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
-FIGURES = 12  # 9, and the straggler section's 3 (heat map, cost per rank, slow hosts)
+FIGURES = 13  # 9, the parallel layouts' 1, and the straggler section's 3 (heat map, cost per rank, slow hosts)
 MAX_BYTES = 10_000_000  # the page, plotly.js included
 # JavaScript run in the page: the figures drawn (a promise: figures are drawn one by one after
 # load), and each drawn figure's SVG and marks (points, bars, heat-map cells)
@@ -114,6 +114,8 @@ def test_every_figure_is_drawn_or_said_to_be_missing(reported: Path) -> None:
         expected_missing.add("Accuracy vs training time")
     if stats["energy_per_sample_j"].isna().all():  # this machine: no RAPL, no GPU
         expected_missing.add("Energy per sample vs ranks")
+    if pd.read_csv(reported / "layouts.csv").empty:  # no point runs a parallel layout
+        expected_missing.add("Layouts: measured vs predicted")
     assert {t for t, k in sections.items() if k == "missing"} == expected_missing
     assert html.count('<div class="figure"') == FIGURES
     assert html.count('class="plot"') == FIGURES - len(expected_missing)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
+from hpcbench.analysis import pipeline
 from hpcbench.frameworks import FRAMEWORKS
 from hpcbench.spec import Point
 from hpcbench.store.reader import PointData
@@ -158,6 +160,32 @@ def test_every_collective_moves_the_bytes_the_layout_must(layouts: dict[str, Poi
         assert _per_iteration(p, "allreduce", "pp") == (1, 4 * table.vocab * table.dim)
         stage_bytes = [_per_iteration(p, "allreduce", "dp", rank)[1] for rank in (0, 2)]
         assert sum(stage_bytes) == params + 4 * table.vocab * table.dim  # the head's copy too
+
+
+@pytest.fixture(scope="module")
+def analysed(layouts: dict[str, PointData]) -> pd.DataFrame:
+    """The sweep's layouts measured beside the layout model (analysis/layouts_measured.py)."""
+    return pipeline.analyse(layouts["dp4"].path.parent, use_cache=False).layouts
+
+
+def test_every_layout_is_ranked_measured_beside_predicted(
+    layouts: dict[str, PointData], analysed: pd.DataFrame
+) -> None:
+    """One row per layout of the 4 ranks (dp2, 2 ranks and plain data parallelism, is a group
+    of one layout: not listed), each predicted from the model calibrated on dp4 alone."""
+    four = sorted(p.point_id for p in layouts.values() if p.point.ranks == 4)
+    table = analysed
+    assert sorted(table["point"]) == four
+    assert np.isfinite(table["predicted_t_iter_s"].astype(float)).all()
+    assert np.isfinite(table["measured_t_iter_s"].astype(float)).all()
+    ranks = list(range(1, len(four) + 1))
+    assert sorted(table["measured_rank"]) == ranks and sorted(table["predicted_rank"]) == ranks
+    calibration = table[table["calibration"].astype(bool)]
+    assert list(calibration["point"]) == [layouts["dp4"].point_id]
+    assert (table["cal_point"] == layouts["dp4"].point_id).all()
+    # the calibration: dp4's own forward + backward as the compute, a link fitted on its messages
+    assert table["cal_compute_s"].iloc[0] > 0 and table["cal_beta_s_per_byte"].iloc[0] > 0
+    assert (table["status"] == "measured").all()
 
 
 def test_layouts_a_framework_or_model_cannot_run_are_refused_naming_the_split() -> None:

@@ -156,3 +156,26 @@ COLLECTIVES_ABOUT = (
     "algbw × nccl-tests' bus factor over the axis's n ranks (all-reduce 2(n−1)/n; all-gather, reduce-scatter "
     "(n−1)/n; broadcast, send, receive 1); level: whether the axis's groups lie inside a node."
 )
+
+# the parallel layouts measured beside the layout model's predictions (analysis/layouts_measured.py)
+LAYOUTS = [
+    Column("config", "configuration"), Column("layout", "layout"), Column("point", "point"),
+    Column("status", "status"), Column("calibration", "calibration"),
+    Column("measured_t_iter_s", "measured t_iter (ms)", _num(2, 1e3)),
+    Column("predicted_t_iter_s", "predicted t_iter (ms)", _num(2, 1e3)), Column("rel_error", "error", _pct),
+    Column("measured_tokens_per_s", "measured tokens/s", _num(0)),
+    Column("predicted_tokens_per_s", "predicted tokens/s", _num(0)),
+    Column("measured_rank", "measured rank", _num(0)), Column("predicted_rank", "predicted rank", _num(0)),
+    Column("measured_peak_device_gib", "measured peak memory / device (GiB)", _num(3)),
+    Column("predicted_memory_gib", "predicted memory / device (GiB)", _num(3)),
+    Column("predicted_exposed_s", "predicted exposed comm (ms)", _num(2, 1e3)),
+    Column("predicted_bubble_s", "predicted bubble (ms)", _num(2, 1e3)), Column("note", "note"),
+]  # fmt: skip
+LAYOUTS_ABOUT = (
+    "Points that differ only in their parallel layout, side by side. The layout model (hpcbench predict --layouts) "
+    "is calibrated on the group's data-parallel point alone (the calibration row): its forward + backward as the "
+    "one-device compute, split over tp × pp; α, β fitted on its all-reduce messages as the link; its data, "
+    "host-to-device, update and time in no phase added as measured. Every other layout is held out; error = "
+    "(predicted − measured) / measured. Ranks: by samples/s, 1 the most (the layouts train different global "
+    "batches). A layout whose point ran out of memory is listed as such and not ranked."
+)

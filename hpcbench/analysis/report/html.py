@@ -1,6 +1,7 @@
 """The sweep report: SWEEP_DIR/report.html (one self-contained page: interactive plotly figures,
 plotly.js embedded once, so it opens offline), each figure's data as figure_NAME.csv beside it,
-report.md and CSV tables (points, stats, repeats, predictions, held_out, evaluations, and the stragglers').
+report.md and CSV tables (points, stats, repeats, predictions, held_out, evaluations, layouts, and the
+stragglers').
 Rows and figure labels name what tells points apart where the shown columns do not
 (hpcbench.spec.labels); an accuracy on synthetic data reads as such (analysis/accuracy.py)."""
 
@@ -19,6 +20,7 @@ import pandas as pd
 from hpcbench.analysis import accuracy, energy, metrics, workload
 from hpcbench.analysis.pipeline import Analysis
 from hpcbench.analysis.report import figures as figures  # registers the figures, in page order
+from hpcbench.analysis.report import layouts as layouts  # registers the layouts' figure after them
 from hpcbench.analysis.report import notes as note_list
 from hpcbench.analysis.report import stragglers as straggler_report  # registers the straggler figures after them
 from hpcbench.analysis.report.columns import (
@@ -29,6 +31,8 @@ from hpcbench.analysis.report.columns import (
     ENERGY,
     ENERGY_ABOUT,
     HELD_OUT,
+    LAYOUTS,
+    LAYOUTS_ABOUT,
     PHASE_TABLE,
     PREDICTION,
     REPEATS,
@@ -226,6 +230,9 @@ def sections(analysis: Analysis) -> list[Section]:
     if not analysis.collectives.empty:  # where some point runs a parallel layout (analysis/collectives.py)
         at = next(i for i, section in enumerate(out) if section.title == "Phases") + 1
         out.insert(at, Section("Collectives per mesh axis", COLLECTIVES, analysis.collectives, COLLECTIVES_ABOUT))
+    if not analysis.layouts.empty:  # points that differ only in their layout (analysis/layouts_measured.py)
+        at = next(i for i, section in enumerate(out) if section.title.startswith("Performance model"))
+        out.insert(at, Section("Parallel layouts: measured beside predicted", LAYOUTS, analysis.layouts, LAYOUTS_ABOUT))
     return out
 
 
@@ -308,7 +315,7 @@ def render_markdown(analysis: Analysis, drawn: Sequence[tuple[str, object | None
     return "\n".join(out) + "\n"
 
 
-CSV_TABLES = ("points", "stats", "repeats", "predictions", "held_out", "evaluations")
+CSV_TABLES = ("points", "stats", "repeats", "predictions", "held_out", "evaluations", "layouts")
 
 
 def write_report(analysis: Analysis) -> list[Path]:
