@@ -5,11 +5,15 @@ point file with its peers, runs the phase-timed loop, and writes its rows in blo
 exception on any rank ends the whole job (MPI_Abort, or exit under torchrun, whose agent
 then stops the other ranks), so a failing point never hangs. Told to stop (SIGTERM, SIGINT,
 SIGUSR1/2), the ranks finish the iteration in progress, agree on a common one to stop at
-(rank/stop.py), write every row, mark the file `stopped` and exit with stop.EXIT_CODE.
+(rank/stop.py), write every row, mark the file `stopped` and exit with stop.EXIT_CODE. A rank
+that runs out of memory (past the point's `memory_limit_gb`, or the machine's) says where and
+how much it reached (rank/memory.py) and ends the job with memory.EXIT_CODE: the executor
+records the point `out_of_memory`, a result.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import resource
@@ -27,13 +31,13 @@ from hpcbench.errors import HpcbenchError
 from hpcbench.frameworks import FRAMEWORKS, Framework, workload
 from hpcbench.launchers import LAUNCHERS, detect
 from hpcbench.rank import env as rankenv
-from hpcbench.rank import linkage, provenance
+from hpcbench.rank import linkage, memory, provenance
 from hpcbench.rank.collectives import Comm, MPIComm, SelfComm
-from hpcbench.rank.failures import describe, write_account
+from hpcbench.rank.failures import describe, write_account, write_out_of_memory
 from hpcbench.rank.stop import EXIT_CODE, Stop, StopSignals, reason_for
 from hpcbench.rank.watchdog import Watchdog, watched
 from hpcbench.store import schema
-from hpcbench.store.status import result_status
+from hpcbench.store.status import final, result_status
 from hpcbench.store.traits import Traits
 from hpcbench.store.writer import FileMeta, choose_writer, open_writer
 from hpcbench.sweepdir.layout import SweepDir, keep_aside
@@ -125,12 +129,12 @@ def injected_fault(rank: int) -> tuple[int, str]:
 
 
 def _complete_already(result: Path, comm: Comm) -> bool:
-    """True if `result` is complete; else an earlier attempt's file is moved aside (rank 0),
-    so that a rerun (resume, a requeued job) neither overwrites a finished result nor loses
-    a crashed one."""
+    """True if `result` is final (complete, or out of memory); else an earlier attempt's file
+    is moved aside (rank 0), so that a rerun (resume, a requeued job) neither overwrites a
+    finished result nor loses a crashed one."""
     verdict = None
     if comm.rank == 0:
-        verdict = result_status(result) == schema.STATUS_COMPLETE
+        verdict = final(result_status(result))
         if not verdict:
             aside = keep_aside(result)
             if aside is not None:
@@ -160,6 +164,7 @@ class PointRun:
         if self.renv.mpi or self.point.ranks == 1:  # ranks that can agree: a signal is noted, acted on at the loop
             self.signals.install()
         self.comm: Comm | None = MPIComm() if self.renv.mpi else None
+        self.stage, self.iteration = "setup", -1  # where the rank is: what an out-of-memory account says
 
     def _framework(self) -> Framework:
         point = self.point
@@ -170,6 +175,22 @@ class PointRun:
         framework = framework_cls()
         framework.setup(point, self.renv, self.comm)
         return framework
+
+    def out_of_memory(self, exc: BaseException) -> memory.OutOfMemory:
+        """What this rank, which ran out of memory in `exc`, tells of it."""
+        device = None
+        with contextlib.suppress(Exception):  # the framework may be half set up
+            device = self.framework.peak_device_memory()
+        limit = self.point.memory_limit_gb
+        return memory.OutOfMemory(
+            rank=self.renv.rank,
+            phase=self.stage,
+            iteration=self.iteration,
+            peak_rss_bytes=memory.peak_rss_bytes(),
+            device_peak_bytes=-1 if device is None else int(device),
+            limit_bytes=-1 if limit is None else int(limit * memory.GB),
+            error=describe(exc)[:400],
+        )
 
     def traits(self) -> Traits:
         """The traits the point's backend declares, with its launcher's: whether that launcher
@@ -191,10 +212,13 @@ class PointRun:
             raise RuntimeError(f"started with {comm.size} ranks, point {point.id} asks for {point.ranks}")
         hosts = comm.allgather(renv.hostname)
         offset = clock_offset_ns()
+        self.stage = "build"
+        gpu = renv.local_rank if point.device == "cuda" else None
+        capped = memory.apply_limit(point.memory_limit_gb, point.device, point.framework, gpu)
         framework.build(point)
+        self.stage = "start"
         kind = choose_writer(comm, options.writer)
         epoch = comm.bcast(time.time_ns() if comm.rank == 0 else None)
-        gpu = renv.local_rank if point.device == "cuda" else None
         self.sampler = Sampler(comm.rank, options.sample_period_s, offset, epoch, gpu_index=gpu)
         # the GPU's energy counter, and the host's RAPL counters on its local rank 0: read between steps only
         self.energy = EnergyMeter(comm.rank, offset, epoch, renv.local_rank, gpu)
@@ -210,6 +234,8 @@ class PointRun:
             # how each rank reads its GPU's energy and its host's RAPL ("absent: <why>", "not read: <why>")
             "energy_sources": comm.allgather(self.energy.sources),
         }
+        if capped:  # how rank 0's memory_limit_gb was applied (rank/memory.py)
+            extra["memory_limit"] = capped
         # the threads a rank computes on (analysis/model/contention.py): the most any rank took
         threads = _most(comm.allgather(framework.compute_threads(point)))
         if threads is not None:
@@ -279,8 +305,9 @@ class PointRun:
         watchdog = Watchdog(stall_limit, comm, point.id, in_flight) if stall_limit else None
         self.stop = stop = self._stop(comm)
         self._begin(comm, watchdog)
+        self.stage = "step"
         for i in range(self.n_iterations):
-            stop.current = i  # the stop's only costs in a step: this store and the check below
+            stop.current = self.iteration = i  # the stop's and the OOM account's costs: these, the check below
             if stop.pending and not stop.may_start(i):
                 break
             if i == fail_at:
@@ -294,16 +321,20 @@ class PointRun:
             done = i + 1 - point.warmup
             if steps and done > 0 and done % steps == 0:  # an epoch ends: test between iterations
                 with watched(watchdog, f"the test pass after epoch {done // steps} (collective)"):
+                    self.stage = "test pass"
                     self.evals.run(done // steps, i + 1)
             if rec.full:
                 block = f"the flush of iterations {rec.first}-{i} (a collective {self.writer.kind} write)"
                 with watched(watchdog, block):
+                    self.stage = "flush"
                     self.flush()
+            self.stage = "step"
             if watchdog is not None:
                 watchdog.beat(i)
         self.sampler.sample_now()  # the timed window closes (before the final test pass)
         self.energy.read()
         self.ran = stop.finish()  # every rank ran this many: all, or up to the agreed stop
+        self.stage = "test pass"
         if not steps and self.ran == self.n_iterations:
             self.evals.run(0, self.n_iterations)
         if watchdog is not None:
@@ -311,6 +342,7 @@ class PointRun:
 
     def finish(self) -> int:
         """Write the last rows, the status and close; the exit code (0, or EXIT_CODE if stopped)."""
+        self.stage = "flush"
         self.sampler.stop()
         self.flush(read_energy=False)  # the last iterations and samples (energy was read as the loop ended)
         self.energy.close()
@@ -340,10 +372,16 @@ def run(run_file: Path) -> int:
             return this.finish()
         return 0
     except BaseException as exc:  # noqa: BLE001 - any failure, even KeyboardInterrupt, must end every rank
-        write_account(this.renv.rank, this.point.id, f"failed: {describe(exc)}")  # what the manifest will quote
+        code = 1
+        if memory.is_out_of_memory(exc):
+            memory.lift_limit()  # room to write the account; the job ends now
+            write_out_of_memory(this.point.id, this.out_of_memory(exc))
+            code = memory.EXIT_CODE
+        else:
+            write_account(this.renv.rank, this.point.id, f"failed: {describe(exc)}")  # what the manifest will quote
         traceback.print_exc()
-        (this.comm or SelfComm()).abort(1)
-        return 1
+        (this.comm or SelfComm()).abort(code)  # the peers, blocked in a collective with this rank, end too
+        return code
 
 
 def main(argv: list[str] | None = None) -> int:

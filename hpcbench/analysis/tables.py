@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ from hpcbench.analysis.placement import placement_of
 from hpcbench.analysis.stragglers.exposure import Exposure
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import FIELD_NAMES
+from hpcbench.store import schema
 from hpcbench.store.reader import PointData, read_point
 from hpcbench.sweepdir.layout import RESULT_SUFFIX, SweepDir, is_attempt
 
@@ -98,6 +100,9 @@ def read_checked(path: Path, warnings: list[str]) -> PointData | None:
             "`resume` reruns it"
         )
         return None
+    if point.status == schema.STATUS_OOM:  # a result, not a failure: listed with the memory it reached
+        warnings.append(f"{path.name}: {point.point.label()}: {out_of_memory_line(point.attrs)} (no timings)")
+        return None
     if not point.complete:
         warnings.append(f"skipped {path.name}: status {point.status or 'unknown'}, not complete")
         return None
@@ -105,6 +110,21 @@ def read_checked(path: Path, warnings: list[str]) -> PointData | None:
         warnings.append(f"skipped {path.name}: no iterations recorded")
         return None
     return point
+
+
+def out_of_memory_line(attrs: dict[str, Any]) -> str:
+    """`out of memory: rank 1 in step at iteration 0, peak RSS 0.97 GiB (limit 1.00 GiB)`, from
+    an out_of_memory file's `oom_*` attributes (docs/point-file.md)."""
+    gib = 2**30
+    where = f"rank {attrs.get('oom_rank', '?')} in {attrs.get('oom_phase', '?')}"
+    if int(attrs.get("oom_iteration", -1)) >= 0:
+        where += f" at iteration {attrs['oom_iteration']}"
+    reached = f"peak RSS {int(attrs.get('oom_peak_rss_bytes', 0)) / gib:.2f} GiB"
+    if int(attrs.get("oom_device_peak_bytes", -1)) >= 0:
+        reached += f", device peak {int(attrs['oom_device_peak_bytes']) / gib:.2f} GiB"
+    if int(attrs.get("oom_limit_bytes", -1)) >= 0:
+        reached += f" (limit {int(attrs['oom_limit_bytes']) / gib:.2f} GiB)"
+    return f"out of memory: {where}, {reached}"
 
 
 def attempt_warnings(path: Path, attempts: dict[str, int]) -> list[str]:

@@ -2,15 +2,17 @@
 
     python -m hpcbench.sweep SPEC.yaml [--out DIR] [--dry-run] [-v]   plan, then run or submit
     python -m hpcbench.sweep status DIR [--wait] [--interval S]       every point's state
-    python -m hpcbench.sweep resume DIR [-v]                          rerun what has no complete result
-                                                                      (failed, stopped, never run)
+    python -m hpcbench.sweep resume DIR [-v]                          rerun what has no result
+                                                                      (failed, stopped, never run;
+                                                                      not complete or out of memory)
     python -m hpcbench.sweep cancel DIR                               stop what is queued or running
     python -m hpcbench.sweep check [--env NAME] [--json]              what works in each environment
 
-Exit statuses (docs/running.md#outputs-and-exit-codes): 0 success; 1 when the results show a
-problem (a point failed or stopped); 2 bad input of any kind (an invalid spec, an `--out` that
-may not be written, a missing or damaged sweep directory, a busy one), one line on stderr and
-nothing created; 130 on Ctrl-C, 128 + N on signal N (SIGTERM, `hpcbench cancel`).
+Exit statuses (docs/running.md#outputs-and-exit-codes): 0 success (every point complete or out
+of memory: a result); 1 when the results show a problem (a point failed or stopped); 2 bad
+input of any kind (an invalid spec, an `--out` that may not be written, a missing or damaged
+sweep directory, a busy one), one line on stderr and nothing created; 130 on Ctrl-C, 128 + N
+on signal N (SIGTERM, `hpcbench cancel`).
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ from hpcbench.plan import envs
 from hpcbench.plan import launch as plan
 from hpcbench.plan.profiles import SiteProfile
 from hpcbench.spec import Point, Sweep, differing
-from hpcbench.store import schema
-from hpcbench.store.status import result_status
+from hpcbench.store.status import final, result_status
 from hpcbench.sweepdir import lock, outputs
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.atomic import write_text_atomic
@@ -199,11 +200,13 @@ def _submit(
         # is; in a log the executor's line per point says it already.
         with SweepProgress(out, len(ids), plain=False) as (stream, progress), Poller(lambda: progress.update(tally())):
             _executor(manifest, sweep, profile, stream, verbose).run(launches)
-        done = tally()[mf.DONE]
-        print(f"{done} of {len(ids)} points done; results in {out_dir}", file=out)
+        counts = tally()
+        done, oom = counts[mf.DONE], counts[mf.OUT_OF_MEMORY]
+        ran_out = f", {oom} out of memory" if oom else ""  # a result too: resume leaves it
+        print(f"{done} of {len(ids)} points done{ran_out}; results in {out_dir}", file=out)
         if done:  # the analysis reads complete points only
             print(f"next: python -m hpcbench.analyze {shlex.quote(str(out_dir))}", file=out)
-        return 0 if done == len(ids) else failure.PROBLEM
+        return 0 if done + oom == len(ids) else failure.PROBLEM
 
 
 def cmd_run(args: argparse.Namespace, out: TextIO) -> int:
@@ -266,12 +269,12 @@ def cmd_resume(args: argparse.Namespace, out: TextIO) -> int:
     todo = {
         e.id
         for e in manifest.entries.values()
-        if e.state not in mf.ACTIVE and result_status(directory / e.result) != schema.STATUS_COMPLETE
+        if e.state not in mf.ACTIVE and not final(result_status(directory / e.result))
     }
     sweep = executor.sweep
     todo &= {p.id for p in sweep.points}
     if not todo:
-        print(f"nothing to resume: every point of {directory} is complete or still queued", file=out)
+        print(f"nothing to resume: every point of {directory} is complete, out of memory or still queued", file=out)
         return 0
     _check_out(sweep, directory, sorted(todo), "")
     print(f"resuming {len(todo)} of {len(sweep.points)} points", file=out)

@@ -4,7 +4,9 @@ A point told to stop (its time limit, the sweep interrupted by Ctrl-C or SIGTERM
 cancelled by `hpcbench cancel`) is not killed outright: its ranks get SIGTERM, finish the
 iteration in progress, agree where to stop, write every row and mark the file `stopped`
 (rank/stop.py); only ranks still there after STOP_GRACE_S are killed. The point is then
-recorded `stopped`, and `resume` reruns it.
+recorded `stopped`, and `resume` reruns it. A point whose rank ran out of memory (its account
+in the log, rank/memory.py) is recorded `out of memory`, its file `out_of_memory`: a result,
+which `resume` leaves as it leaves a complete one.
 
 `hpcbench cancel DIR` reaches the points through the sweep command that runs them, which
 holds the directory's lock: it asks that command to stop (sweepdir/lock.py: a cancel request
@@ -26,8 +28,10 @@ from pathlib import Path
 from hpcbench.errors import HpcbenchError
 from hpcbench.executors.base import CANCELLED, EXECUTORS, INTERRUPTED, Executor, Interrupted
 from hpcbench.plan.launch import Launch
-from hpcbench.rank.failures import failure_hint
+from hpcbench.rank.failures import failure_hint, out_of_memory
 from hpcbench.rank.net import die_with_parent
+from hpcbench.spec import Point
+from hpcbench.store import oom as oom_file
 from hpcbench.store import schema
 from hpcbench.store.status import mark_failed, mark_stop_reason, result_status, stop_reason
 from hpcbench.sweepdir import manifest as mf
@@ -150,15 +154,19 @@ def _settle(entry: mf.Entry, result: Path, log: Path, rc: int, stopped: str) -> 
     """The entry's state and reason once its process ended (`stopped`: why this executor stopped it)."""
     status = result_status(result)
     entry.ended = mf.now()
+    since = datetime.datetime.fromisoformat(entry.started)
     if rc == 0 and status == schema.STATUS_COMPLETE:
         entry.state, entry.reason = mf.DONE, ""
     elif status == schema.STATUS_STOPPED:
         why = stopped or stop_reason(result) or "stopped"
         mark_stop_reason(result, why)
         entry.state, entry.reason = mf.STOPPED, f"{why}; see {log}"
+    elif rc != 0 and (oom := out_of_memory([log], since=since)) is not None:  # a result: where, and how much
+        entry.state, entry.reason = mf.OUT_OF_MEMORY, f"{oom.summary()}; see {log}"
+        oom_file.mark_out_of_memory(result, oom, Point.from_dict(entry.point))  # none left: one with no rows
     else:
         why = stopped or (f"exit code {rc}" if rc != 0 else f"exit code 0 but result is {status or 'missing'}")
-        hint = failure_hint([log], since=datetime.datetime.fromisoformat(entry.started))
+        hint = failure_hint([log], since=since)
         entry.state, entry.reason = mf.FAILED, f"{why}{': ' + hint if hint else ''}; see {log}"
         mark_failed(result, entry.reason)
 
@@ -195,6 +203,9 @@ class LocalExecutor(Executor):
             if status == schema.STATUS_COMPLETE:  # finished just before the sweep died
                 entry.state, entry.reason = mf.DONE, ""
                 continue
+            if (oom := oom_file.out_of_memory(result)) is not None:
+                entry.state, entry.reason = mf.OUT_OF_MEMORY, oom.summary()
+                continue
             ended = "the sweep process ended while this point ran (killed or crashed)"
             if status == schema.STATUS_STOPPED:  # its launcher passed the SIGTERM on; the ranks stopped together
                 why = f"its ranks stopped ({stop_reason(result)})"
@@ -214,6 +225,11 @@ class LocalExecutor(Executor):
                 entry.state, entry.reason = mf.DONE, ""
                 self.manifest.save()
                 print(f"  {entry.id}  done already      {entry.label}", file=self.out)
+                continue
+            if (oom := oom_file.out_of_memory(result)) is not None:  # running out again is certain: a result
+                entry.state, entry.reason = mf.OUT_OF_MEMORY, entry.reason or oom.summary()
+                self.manifest.save()
+                print(f"  {entry.id}  out of memory already  {entry.label}  ({oom.summary()})", file=self.out)
                 continue
             aside = keep_aside(result)
             if aside is not None:
@@ -235,7 +251,9 @@ class LocalExecutor(Executor):
                 raise
             _settle(entry, result, log, rc, stopped)
             self.manifest.save()
-            mark = {mf.DONE: "done  ", mf.STOPPED: "stopped"}.get(entry.state, "FAILED")
+            mark = {mf.DONE: "done  ", mf.STOPPED: "stopped", mf.OUT_OF_MEMORY: "out of memory"}.get(
+                entry.state, "FAILED"
+            )
             print(f"  {entry.id}  {mark}  {entry.label}" + (f"  ({entry.reason})" if entry.reason else ""),
                   file=self.out, flush=True)  # fmt: skip
 

@@ -173,4 +173,5 @@ def checkers(choices: Choices, sections: Mapping[str, OptionsParser]) -> dict[st
         "compile": _optional(_text),  # checked per framework, once points exist
         "parallel": parallel.parse,  # its product against the ranks: parallel.check, once points exist
         "devices_per_rank": _int(1, MAX_DEVICES_PER_RANK),  # the framework's support: checked once points exist
+        "memory_limit_gb": _optional(_positive_float),
     }

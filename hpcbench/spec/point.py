@@ -65,6 +65,9 @@ class Point:
     # devices one rank drives through its framework's own replication (batch_size is per
     # device: a rank processes batch_size * devices_per_rank samples per iteration)
     devices_per_rank: int = 1
+    # a cap on each rank's memory, GiB (rank/memory.py: RLIMIT_DATA on a CPU, PyTorch's
+    # per-process fraction of a GPU); past it the point is recorded out_of_memory. None: no cap
+    memory_limit_gb: float | None = None
 
     @property
     def ranks(self) -> int:

@@ -77,6 +77,9 @@ import numpy as np
 #                       comm.op (allgather, reducescatter, send, recv, broadcast, alltoall).
 #                       Readers fill axis with "dp" in older files: every message then was a
 #                       data-parallel one.
+#   (unchanged at 9)    status `out_of_memory` with the `oom_*` attributes (OOM_ATTRS): a rank ran
+#                       out of memory; a result, not resumed. Nothing else in the file changed:
+#                       a reader that does not know the status sees a point that is not complete.
 SCHEMA_VERSION = 9
 
 PHASES = ("data", "h2d", "forward", "backward", "comm", "update")
@@ -205,7 +208,19 @@ STATUS_RUNNING = "running"
 STATUS_COMPLETE = "complete"
 STATUS_FAILED = "failed"
 STATUS_STOPPED = "stopped"  # stopped on a signal, all ranks at the same iteration (attr stop_reason)
-STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_FAILED, STATUS_STOPPED)
+# a rank ran out of memory: a result, not a failure (attrs oom_*: OOM_ATTRS; resume leaves it)
+STATUS_OOM = "out_of_memory"
+STATUSES = (STATUS_RUNNING, STATUS_COMPLETE, STATUS_FAILED, STATUS_STOPPED, STATUS_OOM)
+# root attributes of an out_of_memory file: what the rank that ran out said (rank/memory.py)
+OOM_ATTRS = (
+    "oom_rank",  # the rank that ran out (the first to say so)
+    "oom_phase",  # where: build, step, test pass, flush
+    "oom_iteration",  # the iteration it was in (-1 before the loop)
+    "oom_peak_rss_bytes",  # the memory it reached: its peak resident memory
+    "oom_device_peak_bytes",  # its framework allocator's device peak (-1: none, e.g. on a CPU)
+    "oom_limit_bytes",  # the point's memory_limit_gb in bytes (-1: none)
+    "oom_error",  # the exception's last line
+)
 
 # /provenance comm_end: what a message's recorded t_end is
 COMM_END_COMPLETION = "completion"  # the moment the backend completed it

@@ -49,6 +49,11 @@ def mark_failed(path: Path, reason: str) -> None:
         pass
 
 
+def final(status: str | None) -> bool:
+    """A result nothing reruns: complete, or out of memory (running out again is certain)."""
+    return status in (schema.STATUS_COMPLETE, schema.STATUS_OOM)
+
+
 def mark_stop_reason(path: Path, reason: str) -> None:
     """Replace a stopped result's `stop_reason` with what the executor knows better (the ranks
     saw a signal; the scheduler knows it was a cancel, a requeue, a preemption)."""

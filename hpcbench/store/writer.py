@@ -210,3 +210,12 @@ def open_writer(
     """Create the point file at `path` (collective) with the writer `kind` from choose_writer."""
     cls = MpioWriter if kind == "mpio" else GatherWriter
     return cls(path, comm, meta, n_iterations, rank_row)
+
+
+def write_rowless(path: Path, meta: FileMeta, n_ranks: int, attrs: Mapping[str, Any]) -> None:
+    """A point file with no rows, its attributes set (`attrs`, the status among them): a
+    result the ranks recorded no iteration of (store/oom.py). Made aside and renamed, as every file."""
+    with h5py.File(creating(path), "w") as f:
+        _create_layout(f, meta, n_ranks, 0)
+        _write_attrs(f, attrs)
+    os.replace(creating(path), path)

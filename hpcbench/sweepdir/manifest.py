@@ -18,9 +18,10 @@ from hpcbench.sweepdir.layout import SweepDir
 
 PENDING, QUEUED, RUNNING, DONE, FAILED = "pending", "queued", "running", "done", "failed"
 STOPPED = "stopped"  # told to stop (cancelled, requeued, preempted, time limit): rows kept, resumable
-STATES = (PENDING, QUEUED, RUNNING, DONE, FAILED, STOPPED)
+OUT_OF_MEMORY = "out of memory"  # a rank ran out of memory: a result (the point file's out_of_memory), not rerun
+STATES = (PENDING, QUEUED, RUNNING, DONE, OUT_OF_MEMORY, FAILED, STOPPED)
 ACTIVE = (QUEUED, RUNNING)  # handed to a scheduler and not finished
-ENDED = (DONE, FAILED, STOPPED)  # nothing more will happen to them without a resume
+ENDED = (DONE, OUT_OF_MEMORY, FAILED, STOPPED)  # nothing more will happen to them without a resume
 MANIFEST_VERSION = 1
 POINT_ID = re.compile(r"[0-9a-f]{12}")  # what spec.point_id makes; names files, so nothing else
 

@@ -68,13 +68,14 @@ def test_add_is_idempotent(tmp_path: Path) -> None:
 
 def test_counts(tmp_path: Path) -> None:
     m = Manifest(tmp_path, "s", "local")
-    assert m.counts() == {"pending": 0, "queued": 0, "running": 0, "done": 0, "failed": 0, "stopped": 0}
+    states = ["pending", "queued", "running", "done", "out of memory", "failed", "stopped"]
+    assert m.counts() == dict.fromkeys(states, 0)
     for p in (P1, P2, P3, Point(seed=9)):
         m.add(p)
     m.entries[P1.id].state = manifest.DONE
     m.entries[P2.id].state = manifest.FAILED
     m.entries[P3.id].state = manifest.DONE
-    assert m.counts() == {"pending": 1, "queued": 0, "running": 0, "done": 2, "failed": 1, "stopped": 0}
+    assert m.counts() == {**dict.fromkeys(states, 0), "pending": 1, "done": 2, "failed": 1}
 
 
 def test_open_reuses_an_existing_manifest(tmp_path: Path) -> None:

@@ -11,28 +11,34 @@ States come back from `sacct`; results from the point files themselves.
 
 from __future__ import annotations
 
-import datetime
 import json
 import re
 import shlex
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from hpcbench.errors import HpcbenchError
 from hpcbench.executors.base import EXECUTORS, Executor
 from hpcbench.executors.slurm import job as jobs
 from hpcbench.executors.slurm import options as slurm_options
+from hpcbench.executors.slurm.accounting import FAILED_STATES, QUEUED_STATES, RUNNING_STATES, queue_states, sacct_runs
+from hpcbench.executors.slurm.accounting import Run as Run  # re-exported (X as X): tests read these here
+from hpcbench.executors.slurm.accounting import _sacct_time as _sacct_time
+from hpcbench.executors.slurm.accounting import job_logs as job_logs
+from hpcbench.executors.slurm.accounting import job_states as job_states
+from hpcbench.executors.slurm.accounting import run_command as _run
 from hpcbench.executors.slurm.options import SlurmOptions
 from hpcbench.launchers import LAUNCHERS
 from hpcbench.plan.launch import Launch
 from hpcbench.plan.profiles import SiteProfile
-from hpcbench.rank.failures import failure_hint
+from hpcbench.rank.failures import failure_hint, out_of_memory
+from hpcbench.rank.memory import OutOfMemory
 from hpcbench.spec import Point
 from hpcbench.store import schema
+from hpcbench.store.oom import mark_out_of_memory
 from hpcbench.store.status import mark_failed, mark_stop_reason, result_status, stop_reason
 from hpcbench.sweepdir import manifest as mf
 from hpcbench.sweepdir.layout import SweepDir
@@ -41,8 +47,6 @@ from hpcbench.sweepdir.paths import inside
 # what submitit raises in the job when the time limit's warning signal arrives
 SUBMITIT_TIMEOUT = "UncompletedJobError: Job not requeued because: timed-out"
 
-# sacct states that end a job without a result of ours
-FAILED_STATES = ("FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL", "DEADLINE")
 # why Slurm ended a job whose ranks stopped together on its signal (rank/stop.py); another
 # state (FAILED: the ranks' stop exit code) keeps the ranks' own reason (a signal, the time limit)
 STOP_REASONS = {"CANCELLED": "cancelled", "PREEMPTED": "preempted", "TIMEOUT": "time limit", "DEADLINE": "deadline"}
@@ -53,22 +57,6 @@ DEFAULT_MAX_ARRAY_SIZE = 1001
 def job_name(sweep: str) -> str:
     """Slurm job names are written into #SBATCH lines: keep them to safe characters."""
     return (re.sub(r"[^A-Za-z0-9._-]+", "_", sweep).strip("._") or "hpcbench")[:64]
-
-
-def _run(argv: list[str], what: str) -> str:
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    except FileNotFoundError:
-        raise HpcbenchError(f"{argv[0]} not found: this host has no Slurm client; use executor: local") from None
-    except subprocess.TimeoutExpired:
-        raise HpcbenchError(f"{what}: `{' '.join(argv)}` did not answer in 60 s: is slurmctld up?") from None
-    if proc.returncode != 0:
-        msg = " ".join((proc.stderr or proc.stdout).split())
-        raise HpcbenchError(
-            f"{what}: Slurm controller unreachable ({msg or f'exit {proc.returncode}'}); check that slurmctld "
-            "runs and that SLURM_CONF names its configuration; nothing was submitted"
-        )
-    return proc.stdout
 
 
 def check_controller() -> None:
@@ -245,68 +233,6 @@ class SlurmExecutor(Executor):
         return [e.id for e in active]
 
 
-class Run(NamedTuple):
-    """One run of a job, as sacct records it (a requeued job has one per run)."""
-
-    state: str
-    start: datetime.datetime | None  # None before it starts
-
-
-def _sacct_time(text: str) -> datetime.datetime | None:
-    """sacct's local time ("2026-11-24T02:20:40"; "Unknown" before a start) as an aware datetime."""
-    try:
-        return datetime.datetime.fromisoformat(text).astimezone()
-    except ValueError:
-        return None
-
-
-def sacct_runs(job_ids: Sequence[str]) -> dict[str, list[Run]]:
-    """job id -> the runs of its allocation (not its steps), oldest first, from sacct.
-
-    A job requeued (preempted, its node failed, `scontrol requeue`) has one record per run
-    (`sacct -D`); the last one is its current state.
-    """
-    if not job_ids:
-        return {}
-    argv = ["sacct", "-n", "-P", "-X", "-D", "-o", "JobID,State,Start", "-j", ",".join(job_ids)]
-    runs: dict[str, list[Run]] = {}
-    for line in _run(argv, "sacct").splitlines():
-        job, _, rest = line.partition("|")
-        state, _, start = rest.partition("|")
-        runs.setdefault(job.strip(), []).append(Run(state.split()[0] if state.split() else "", _sacct_time(start)))
-    return runs
-
-
-def job_logs(log: Path) -> list[Path]:
-    """Every task's log of the job whose task-0 log is `log` (submitit writes them side by
-    side, `<job>_<task>_log.out`, in a folder of the job's own): a rank launched by srun
-    writes only into its own task's log."""
-    return sorted({log, *log.parent.glob("*_log.out")})
-
-
-def queue_states() -> dict[str, str]:
-    """job id -> state of this user's jobs the controller still holds (array tasks one by one)."""
-    out = _run(["squeue", "--me", "-h", "-r", "-o", "%i|%T"], "squeue")
-    return dict(line.split("|", 1) for line in out.splitlines() if "|" in line)
-
-
-def job_states(records: list[str], live: str | None) -> list[str]:
-    """A job's states, oldest first: sacct's records, corrected by the queue. Right after a
-    requeue (node failure, preemption) sacct's last record still says NODE_FAIL or REQUEUED
-    while the job is pending again: what the queue holds is the truth."""
-    if live is None:
-        return records
-    if live == "COMPLETING":  # ended, its steps still ending (ranks writing their rows): not final yet
-        return [*records[:-1], live]
-    if records and records[-1] in (*FAILED_STATES, "REQUEUED"):
-        return [*records, live]
-    return [*records[:-1], live]
-
-
-QUEUED_STATES = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SUSPENDED")
-RUNNING_STATES = ("RUNNING", "CONFIGURING", "COMPLETING", "STAGE_OUT")
-
-
 @dataclass(frozen=True)
 class Verdict:
     """What became of a point's job, as data: the manifest's state and what led to it.
@@ -319,6 +245,7 @@ class Verdict:
     stop: str = ""  # STOPPED: why its ranks stopped together
     hint: str = ""  # FAILED: the first rank account found in the job's logs
     log: str = ""
+    oom: OutOfMemory | None = None  # OUT_OF_MEMORY: what the rank that ran out said (rank/memory.py)
 
     @property
     def reason(self) -> str:
@@ -332,6 +259,8 @@ class Verdict:
             return f"job completed but result is {self.result or 'missing'}; see {self.log}"
         if self.state == mf.STOPPED:
             why = f"{self.stop}; see {self.log}"
+        elif self.oom is not None:
+            why = f"{self.oom.summary()}; see {self.log}"
         else:
             why = f"Slurm state {self.slurm_state}{': ' + self.hint if self.hint else ''}; see {self.log}"
         return f"{requeued}, then {why}" if requeued else why
@@ -359,7 +288,10 @@ def _verdict(e: mf.Entry, records: list[Run], queued: str | None, status: str | 
     if state not in FAILED_STATES:
         return None
     # the ranks' accounts of the last run: a requeued job's earlier runs wrote into the same logs
-    hint = failure_hint(job_logs(Path(e.log)), since=records[-1].start if records else None)
+    logs, since = job_logs(Path(e.log)), records[-1].start if records else None
+    if (oom := out_of_memory(logs, since)) is not None:  # a result, not a failure
+        return replace(seen, state=mf.OUT_OF_MEMORY, slurm_state=state, oom=oom)
+    hint = failure_hint(logs, since=since)
     if state == "FAILED" and SUBMITIT_TIMEOUT in hint:
         # submitit's handler of the time-limit warning signal raised in the worker before
         # Slurm could end the job itself: the cause is the time limit.
@@ -388,6 +320,8 @@ def refresh(manifest: mf.Manifest) -> None:
             mark_stop_reason(result, verdict.stop)
         if verdict.state in mf.ENDED:
             e.ended = mf.now()
+        if verdict.oom is not None:  # the file says so, with where and how much (one with no rows where none)
+            mark_out_of_memory(result, verdict.oom, Point.from_dict(e.point), manifest.name)
         if verdict.state == mf.FAILED and status != schema.STATUS_COMPLETE:
             # the file says so too (none: nothing left half-made)
             mark_failed(manifest.directory / e.result, e.reason)
