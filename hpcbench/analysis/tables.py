@@ -101,7 +101,8 @@ def read_checked(path: Path, warnings: list[str]) -> PointData | None:
         )
         return None
     if point.status == schema.STATUS_OOM:  # a result, not a failure: listed with the memory it reached
-        warnings.append(f"{path.name}: {point.point.label()}: {out_of_memory_line(point.attrs)} (no timings)")
+        # `point ID: ...`: the report groups the points that ran out of memory into one note
+        warnings.append(f"point {path.stem}: {point.point.label()}: {out_of_memory_line(point.attrs)} (no timings)")
         return None
     if not point.complete:
         warnings.append(f"skipped {path.name}: status {point.status or 'unknown'}, not complete")

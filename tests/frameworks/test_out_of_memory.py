@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from hpcbench.rank.memory import GB, is_out_of_memory
+from hpcbench.spec import Point
 from hpcbench.store import oom, schema
 from hpcbench.store.reader import read_point
 from hpcbench.sweepdir.manifest import DONE, OUT_OF_MEMORY, Manifest
@@ -134,3 +135,7 @@ def test_a_layout_that_runs_out_of_memory_is_a_result(write_spec: Callable[..., 
     status = run_module("hpcbench.sweep", "status", str(out), timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     assert "(1 done, 1 out of memory)" in status.stdout
+    analyzed = run_module("hpcbench.analyze", str(out), timeout=120)  # listed with what it reached, not dropped
+    assert analyzed.returncode == 0, analyzed.stdout + analyzed.stderr
+    said = f"point {ran_out.id}: {Point.from_dict(ran_out.point).label()}: out of memory: rank {facts.rank} in step"
+    assert said in analyzed.stdout + analyzed.stderr, analyzed.stdout + analyzed.stderr
