@@ -36,7 +36,7 @@ bench=(benchmarks/recording_overhead.py --device cuda --block 4)
 step overhead-resnet50 120 "$py" "${bench[@]}" --model resnet50 --batch 32 --blocks 60 --arms all,all:8,phases,host
 step overhead-lenet 90 "$py" "${bench[@]}" --model lenet --batch 64 --blocks 200 \
     --arms all,all:8,all:32,phases,phases:8,host
-step gpu-tests 240 "$py" -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider --durations=10
+step gpu-tests 240 "$py" -m pytest -m gpu tests/gpu -s -q -p no:cacheprovider -o addopts= --durations=10
 gpt=(benchmarks/transformer_step.py --device cuda --model gpt2_124m --precision bf16 --seq 1024 --batch 8)
 step transformer-eager 90 "$py" "${gpt[@]}" --blocks 20 --block 5
 step transformer-compiled 180 "$py" "${gpt[@]}" --blocks 10 --block 5 --compile default
