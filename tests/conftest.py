@@ -131,12 +131,13 @@ def _rank(folder: str) -> int:
     return FOLDER_ORDER.index(folder) if folder in FOLDER_ORDER else len(FOLDER_ORDER)
 
 
-def _lock_files() -> tuple[Path, Path] | None:
-    """The turnstile and the lock every worker of this parallel run shares (None: not parallel)."""
+def _lock_files(config: pytest.Config) -> tuple[Path, Path] | None:
+    """The turnstile and the lock every worker of this parallel run shares (None: not
+    parallel): beside the workers' temporary folders, which pytest removes with old runs."""
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if not run:
         return None
-    base = Path(tempfile.gettempdir()) / f"hpcbench-tests-{run}"
+    base = Path(config.option.basetemp or tempfile.gettempdir()).parent / f"hpcbench-tests-{run}"
     return base.with_suffix(".turnstile"), base.with_suffix(".lock")
 
 
@@ -146,7 +147,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     with no other test beside it: under `pytest -n` it takes the lock exclusively, the others
     share it. The turnstile keeps the others from starving it: a test takes the turnstile
     before the lock, and a quiet test holds it until it is done."""
-    files = _lock_files()
+    files = _lock_files(item.config)
     if files is None:
         return (yield)
     quiet = item.get_closest_marker("quiet") is not None
