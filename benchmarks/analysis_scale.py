@@ -16,7 +16,9 @@ fresh process, the analysis that writes the cache (DIR/.hpcbench-cache) and the 
 of the unchanged sweep from it. `--small-points N` adds a sweep of N small points (1 and 2
 ranks x 50 iterations, with messages, resource samples and an evaluation) in DIR-small<N>,
 analysed the same ways. Goals: <= 3 s from the files (the straggler part <= 0.5 s of it) and
-<= 2 GB, the re-analysis <= 0.5 s; the 10,000 small points <= 30 s.
+<= 2 GB, the re-analysis <= 0.5 s; the 10,000 small points <= 30 s. A sweep with 400 or more
+files to read is read and derived by worker processes (hpcbench/analysis/derive_pool.py), one
+per CPU; HPCBENCH_ANALYSIS_WORKERS=1 measures one process alone.
 """
 
 from __future__ import annotations

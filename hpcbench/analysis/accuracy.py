@@ -45,6 +45,14 @@ def evaluations(eval_rows: np.ndarray) -> pd.DataFrame:
     """One row per evaluation (epoch), in order."""
     if len(eval_rows) == 0:
         return pd.DataFrame(columns=EVALUATION_COLUMNS)
+    return pd.DataFrame(evaluation_columns(eval_rows))
+
+
+def evaluation_columns(eval_rows: np.ndarray) -> dict[str, np.ndarray]:
+    """`evaluations` as its columns (a DataFrame per point costs more than the reduction;
+    {} without evaluations)."""
+    if len(eval_rows) == 0:
+        return {}
     epochs, inverse = np.unique(eval_rows["epoch"], return_inverse=True)
     k = len(epochs)
 
@@ -59,45 +67,47 @@ def evaluations(eval_rows: np.ndarray) -> pd.DataFrame:
     with np.errstate(invalid="ignore", divide="ignore"):
         accuracy = np.where(total > 0, correct / total, np.nan)
         mean_loss = np.where(total > 0, loss / total, np.nan)
-    return pd.DataFrame(
-        {
-            "epoch": epochs,
-            "iteration": reduce(np.maximum, eval_rows["iteration"].astype(float), -np.inf).astype(np.int64),
-            "train_time_s": reduce(np.maximum, eval_rows["train_time_s"], -np.inf),
-            "test_time_s": reduce(np.maximum, eval_rows["test_time_s"], -np.inf),
-            "correct": correct.astype(np.int64),
-            "total": total.astype(np.int64),
-            "accuracy": accuracy,
-            "loss": mean_loss,
-        }
-    )
+    return {
+        "epoch": epochs,
+        "iteration": reduce(np.maximum, eval_rows["iteration"].astype(float), -np.inf).astype(np.int64),
+        "train_time_s": reduce(np.maximum, eval_rows["train_time_s"], -np.inf),
+        "test_time_s": reduce(np.maximum, eval_rows["test_time_s"], -np.inf),
+        "correct": correct.astype(np.int64),
+        "total": total.astype(np.int64),
+        "accuracy": accuracy,
+        "loss": mean_loss,
+    }
 
 
 def accuracy_row(
-    eval_rows: np.ndarray, iterations: np.ndarray, target: float | None = None, evals: pd.DataFrame | None = None
+    eval_rows: np.ndarray,
+    iterations: np.ndarray,
+    target: float | None = None,
+    evals: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
-    """Per-point accuracy and time columns; `evals`: `evaluations(eval_rows)`, where already made."""
+    """Per-point accuracy and time columns; `evals`: `evaluation_columns(eval_rows)`, where already made."""
     row: dict[str, float] = dict.fromkeys(ACCURACY_COLUMNS, float("nan"))
-    evals = evaluations(eval_rows) if evals is None else evals
-    row["evaluations"] = float(len(evals))
-    if evals.empty:
+    evals = evaluation_columns(eval_rows) if evals is None else evals
+    count = len(evals["epoch"]) if evals else 0
+    row["evaluations"] = float(count)
+    if not count:
         if iterations.size:
             row["train_time_s"] = float(iterations["t_end"].max() - iterations["t_start"].min())
         return row
-    last = evals.iloc[-1]
-    row["epochs"] = float(last["epoch"])
-    row["accuracy"] = float(last["accuracy"])
-    row["train_time_s"] = float(last["train_time_s"])
-    row["test_time_s"] = float(last["test_time_s"])
-    acc = evals["accuracy"].to_numpy(dtype=float)
+    train = evals["train_time_s"].astype(float)
+    row["epochs"] = float(evals["epoch"][-1])
+    row["accuracy"] = float(evals["accuracy"][-1])
+    row["train_time_s"] = float(train[-1])
+    row["test_time_s"] = float(evals["test_time_s"][-1])
+    acc = evals["accuracy"].astype(float)
     if np.isfinite(acc).any():
         best = int(np.nanargmax(acc))  # first index of the maximum
         row["best_accuracy"] = float(acc[best])
-        row["time_to_best_s"] = float(evals["train_time_s"].iloc[best])
+        row["time_to_best_s"] = float(train[best])
         if target is not None:
             reached = np.flatnonzero(acc >= target)
             if reached.size:
-                row["time_to_target_s"] = float(evals["train_time_s"].iloc[int(reached[0])])
+                row["time_to_target_s"] = float(train[int(reached[0])])
     return row
 
 

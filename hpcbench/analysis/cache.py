@@ -110,6 +110,10 @@ class Store:
         self.stats.hits += 1
         return tables
 
+    def absent(self, path: Path) -> bool:
+        """Whether the point file `path` has no entry (`get` would find none)."""
+        return not self._entry(path).exists()
+
     def put(self, identity: list[int], tables: PointTables) -> None:
         encoder = Encoder()
         meta = {"key": self.key(identity), **_encode_point(encoder, tables)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcbench.analysis import cache, collectives, per_point, tables
+from hpcbench.analysis import cache, collectives, derive_pool, per_point, tables
 from hpcbench.analysis.per_point import PointTables
 from hpcbench.errors import HpcbenchError
 from hpcbench.store.reader import PointData
@@ -62,7 +62,11 @@ class DerivedSweep:
         return data
 
     def _derive(self, i: int, data: PointData, with_collectives: bool, identity: list[int] | None) -> PointTables:
-        derived = per_point.derive(data, self.target_accuracy, with_collectives)
+        return self._derived(i, data, per_point.derive(data, self.target_accuracy, with_collectives), identity)
+
+    def _derived(self, i: int, data: PointData, derived: PointTables, identity: list[int] | None) -> PointTables:
+        """`derived`, the tables of point `i` read as `data` from a file whose identity was
+        `identity` before it was read, kept in the cache where it is still that file."""
         after = cache.identity(data.path)
         if self.store is not None and identity is not None and after == identity:
             self.store.put(identity, derived)
@@ -76,7 +80,9 @@ def load(
     use_cache: bool = True,
     target_accuracy: float | None = None,
 ) -> DerivedSweep:
-    """Every complete point of a sweep, derived; the others skipped with tables.load's warnings."""
+    """Every complete point of a sweep, derived; the others skipped with tables.load's warnings.
+    Files without a cache entry are read and derived by worker processes where there are many
+    (derive_pool.py), in the same order, with the same tables."""
     directory = Path(directory)
     if not directory.is_dir():
         raise HpcbenchError(f"{directory}: no such sweep directory")
@@ -84,22 +90,38 @@ def load(
     sweep = DerivedSweep(directory, store=store, target_accuracy=target_accuracy)
     attempts = tables.attempts_of(directory)
     files = tables.point_files(directory)
-    for done, path in enumerate(files):
-        if on_file is not None:
-            on_file(done, len(files))
-        before = cache.identity(path)
-        found = store.get(path, before) if store is not None and before is not None else None
-        if found is None:
-            data = tables.read_checked(path, sweep.warnings)
-            if data is None:
-                continue
-            sweep.read[len(sweep.points)] = data
-            sweep.keys.append((path.name, []))
-            found = sweep._derive(len(sweep.points), data, False, before)
-        else:
-            sweep.keys.append((path.name, before or []))
-        sweep.warnings.extend(tables.attempt_warnings(path, attempts))
-        sweep.points.append(found)
+    absent = {p for p in files if store is None or store.absent(p)}
+    ahead = set(derive_pool.pooled([p for p in files if p in absent]))
+    with derive_pool.derived([p for p in files if p in ahead], target_accuracy) as results:
+        for done, path in enumerate(files):
+            if on_file is not None:
+                on_file(done, len(files))
+            before = cache.identity(path)
+            if store is not None and before is not None and path in absent:
+                store.stats.misses += 1  # as store.get counts a file without an entry
+            if path in ahead:  # read and derived by a worker
+                data, warnings, derived = next(results)
+                sweep.warnings.extend(warnings)
+                if data is None or derived is None:
+                    continue
+                sweep.read[len(sweep.points)] = data
+                sweep.keys.append((path.name, []))
+                found = sweep._derived(len(sweep.points), data, derived, before)
+            else:
+                entry = store is not None and before is not None and path not in absent
+                cached = store.get(path, before) if store is not None and before is not None and entry else None
+                if cached is not None:
+                    sweep.keys.append((path.name, before or []))
+                    found = cached
+                else:
+                    data = tables.read_checked(path, sweep.warnings)
+                    if data is None:
+                        continue
+                    sweep.read[len(sweep.points)] = data
+                    sweep.keys.append((path.name, []))
+                    found = sweep._derive(len(sweep.points), data, False, before)
+            sweep.warnings.extend(tables.attempt_warnings(path, attempts))
+            sweep.points.append(found)
     if on_file is not None:
         on_file(len(files), len(files))
     if store is not None:

@@ -7,12 +7,13 @@ is vectorised over ranks and iterations and uses the timed (non-warm-up) iterati
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
-from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, point_warnings
+from hpcbench.analysis.stats import CV_WARNING, MIN_TIMED, id_of, point_warnings
 from hpcbench.analysis.stragglers import exposure
 from hpcbench.analysis.stragglers.timed import columns_of, timed_columns
 from hpcbench.spec import Point
@@ -163,8 +164,17 @@ def comm_shares(iterations: np.ndarray, comm: Messages, t: float) -> dict[str, f
 
 
 def scaling_group(point: Point) -> str:
-    """Points that differ only in scale (nodes, ranks per node, batch size) or repeat (seed) share a key."""
-    return dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1, seed=0).id
+    """Points that differ only in scale (nodes, ranks per node, batch size) or repeat (seed) share
+    a key (found once per point: the tables and the model ask it of every point, again and again)."""
+    try:
+        return _scaling_group(point)
+    except TypeError:  # a field that does not hash (a Point built with a list)
+        return dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1, seed=0).id
+
+
+@functools.lru_cache(maxsize=65536)
+def _scaling_group(point: Point) -> str:
+    return id_of(dataclasses.replace(point, nodes=1, ranks_per_node=1, batch_size=1, seed=0))
 
 
 def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
@@ -177,14 +187,15 @@ def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
     """
     table = table.copy()
     keys = [scaling_group(p) for p in points]
+    rows = list(zip(table["ranks"].tolist(), table["batch_size"].tolist(), table["throughput"].tolist(), strict=True))
     runs: dict[tuple[str, int], list[float]] = {}
-    for key, (_, row) in zip(keys, table.iterrows(), strict=True):
-        if row["ranks"] == 1:
-            runs.setdefault((key, int(row["batch_size"])), []).append(float(row["throughput"]))
+    for key, (ranks, batch, rate) in zip(keys, rows, strict=True):
+        if ranks == 1:
+            runs.setdefault((key, int(batch)), []).append(float(rate))
     base = {k: float(np.mean(v)) for k, v in runs.items()}
     speedup, kind = [], []
-    for key, (_, row) in zip(keys, table.iterrows(), strict=True):
-        n, b = int(row["ranks"]), int(row["batch_size"])
+    for key, (ranks, batch, rate) in zip(keys, rows, strict=True):
+        n, b = int(ranks), int(batch)
         if n == 1:
             reference, label = base.get((key, b)), "baseline"
         elif (key, b) in base:
@@ -193,7 +204,7 @@ def add_scaling(table: pd.DataFrame, points: Sequence[Point]) -> pd.DataFrame:
             reference, label = base[(key, n * b)], "strong"
         else:
             reference, label = None, ""
-        speedup.append(float(row["throughput"]) / reference if reference else float("nan"))
+        speedup.append(float(rate) / reference if reference else float("nan"))
         kind.append(label)
     table["speedup"] = speedup
     table["efficiency"] = table["speedup"] / table["ranks"]

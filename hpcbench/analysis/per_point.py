@@ -58,12 +58,12 @@ def derive(p: PointData, target_accuracy: float | None = None, with_collectives:
     where = placement_of(p)
     extra: Row = {"point": p.point_id, "config": stats.config_id(p.point), "seed": p.point.seed}
     extra.update(used)
-    evaluations = accuracy.evaluations(p.eval)
+    evaluations = accuracy.evaluation_columns(p.eval)
     extra.update(accuracy.accuracy_row(p.eval, p.iterations, target_accuracy, evaluations))
     extra["oversubscribed"] = where.oversubscribed
-    if not evaluations.empty:
-        evaluations.insert(0, "point", p.point_id)
-    evaluated = {} if evaluations.empty else {str(c): evaluations[c].to_numpy() for c in evaluations.columns}
+    evaluated: Columns = {}
+    if evaluations:
+        evaluated = {"point": np.full(len(evaluations["epoch"]), p.point_id, dtype=object), **evaluations}
     return PointTables(
         p.point,
         p.point_id,

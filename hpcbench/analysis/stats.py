@@ -9,6 +9,7 @@ one repeat it is empty (NaN).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 
@@ -55,7 +56,22 @@ def mean_ci(values: Sequence[float] | np.ndarray) -> tuple[float, float]:
 
 def config_id(point: Point) -> str:
     """The id shared by repeats of one configuration (the point's id with seed 0)."""
-    return dataclasses.replace(point, seed=0).id
+    return id_of(dataclasses.replace(point, seed=0))
+
+
+def id_of(point: Point) -> str:
+    """`point.id`, hashed once per distinct point rather than once per object (the keys a
+    sweep's points are grouped by, `config_id` and metrics.scaling_group, are a few points
+    made again and again)."""
+    try:
+        return _id_of(point)
+    except TypeError:  # a field that does not hash (a Point built with a list)
+        return point.id
+
+
+@functools.lru_cache(maxsize=4096)
+def _id_of(point: Point) -> str:
+    return point.id
 
 
 def repeats(stats: pd.DataFrame, columns: Sequence[str] = REPEATED) -> pd.DataFrame:
@@ -83,11 +99,15 @@ def repeats(stats: pd.DataFrame, columns: Sequence[str] = REPEATED) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+_HOST_NOTES = ("other_cpus", "cpu_steal", "helper_cpus")  # the columns resources.host_notes reads
+
+
 def point_warnings(table: pd.DataFrame) -> list[str]:
     """pyperf-style notes on points whose numbers should not be trusted as they are."""
     notes = []
     has_spread = {"step_min_s", "step_max_s", "step_mean_s"} <= set(table.columns)
-    for _, row in table.iterrows():
+    read = ("point", "timed_iterations", "cv", "step_mean_s", "step_min_s", "step_max_s", *_HOST_NOTES)
+    for row in table[[c for c in read if c in table]].to_dict("records"):  # not iterrows: a Series per row
         if row["timed_iterations"] < MIN_TIMED:
             notes.append(
                 f"point {row['point']}: only {row['timed_iterations']} timed iterations; "

@@ -130,6 +130,9 @@ class Derived:
                 op = _main_op(selected)
                 streams = [selected if op is None or (selected["op"] == op).all() else selected[selected["op"] == op]]
             waits = fit.wait_starts(p.iterations) if ends_seen_in_wait(p) else None
-            costs = pd.concat([fit.message_costs(comm, None, waits=waits) for comm in streams], ignore_index=True)
-            self._costs[p.point_id] = (costs["bytes"].to_numpy(dtype=float), costs["seconds"].to_numpy(dtype=float))
+            found = [c for c in (fit.message_cost_columns(comm, None, waits=waits) for comm in streams) if c]
+            self._costs[p.point_id] = (
+                np.concatenate([c["bytes"] for c in found]).astype(float) if found else np.zeros(0),
+                np.concatenate([c["seconds"] for c in found]).astype(float) if found else np.zeros(0),
+            )
         return self._costs[p.point_id]

@@ -170,13 +170,22 @@ def message_costs(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
     10^7 messages). `waits` (`wait_starts`, for ends seen in a wait): a message that ended
     after its rank began to wait is served from then at the earliest.
     """
-    columns = ["op", "iteration", "seq", "bytes", "seconds"]
+    columns = message_cost_columns(comm, timed_iterations, limit, waits)
+    if columns is None:
+        return pd.DataFrame(columns=["op", "iteration", "seq", "bytes", "seconds"])
+    return pd.DataFrame(columns)
+
+
+def message_cost_columns(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
+                         limit: int | None = MAX_ITERATIONS,
+                         waits: np.ndarray | None = None) -> dict[str, np.ndarray] | None:  # fmt: skip
+    """`message_costs` as its columns (None: no message), without a DataFrame per op."""
     if len(comm) == 0:
-        return pd.DataFrame(columns=columns)
+        return None
     chosen = spread(timed_iterations, limit) if timed_iterations is not None else None
     c = _select(comm, chosen)
     if len(c) == 0:
-        return pd.DataFrame(columns=columns)
+        return None
     order, seq = _sorted_groups(c["rank"], c["iteration"], c["t_start"])
     c = c[order]
     rank = c["rank"].astype(np.int64)
@@ -191,7 +200,7 @@ def message_costs(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
     previous = np.full(len(c), -np.inf)
     previous[1:] = running[:-1] - key[1:]
     seconds = t_end - np.maximum(t_start, previous)
-    frames = []
+    parts: dict[str, list[np.ndarray]] = {"op": [], "iteration": [], "seq": [], "bytes": [], "seconds": []}
     for op in np.unique(c["op"]):
         mine = c["op"] == op
         it, sq, by, sec = c["iteration"][mine].astype(np.int64), seq[mine], c["bytes"][mine], seconds[mine]
@@ -201,18 +210,12 @@ def message_costs(comm: np.ndarray, timed_iterations: np.ndarray | None = None,
         np.minimum.at(best, inverse, sec)
         size = np.zeros(len(uniq), dtype=np.int64)
         np.maximum.at(size, inverse, by)
-        frames.append(
-            pd.DataFrame(
-                {
-                    "op": bytes(op).decode(errors="replace"),
-                    "iteration": uniq // (int(sq.max()) + 1),
-                    "seq": uniq % (int(sq.max()) + 1),
-                    "bytes": size,
-                    "seconds": best,
-                }
-            )
-        )
-    return pd.concat(frames, ignore_index=True)[columns]
+        parts["op"].append(np.full(len(uniq), bytes(op).decode(errors="replace"), dtype=object))
+        parts["iteration"].append(uniq // (int(sq.max()) + 1))
+        parts["seq"].append(uniq % (int(sq.max()) + 1))
+        parts["bytes"].append(size)
+        parts["seconds"].append(best)
+    return {name: np.concatenate(values) for name, values in parts.items()}
 
 
 def layers_from_trace(iterations: np.ndarray, comm: np.ndarray, timed: np.ndarray,
