@@ -28,6 +28,7 @@ from hpcbench.analysis.report.plot import (
     hover_data,
     label_bars,
     lines_vs_ranks,
+    ms_bar,
     point_label,
     series,
 )
@@ -84,17 +85,7 @@ def phases(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
             else stats[f"{phase}_s"].to_numpy()
         )
         data[f"{phase}_ms"] = seconds * 1e3
-        fig.add_trace(
-            go.Bar(
-                y=ids,
-                x=seconds * 1e3,
-                orientation="h",
-                name=phase,
-                marker={"color": color(i)},
-                customdata=custom,
-                hovertemplate=HOVER + f"{phase}: %{{x:.3g}} ms<extra></extra>",
-            )
-        )
+        fig.add_trace(ms_bar(ids, seconds * 1e3, phase, i, custom))
     fig.update_layout(barmode="stack")
     label_bars(fig, ids, labels)
     fig.update_xaxes(title_text="ms per iteration (mean over ranks; other = t_iter − phases)")

@@ -13,7 +13,15 @@ import pandas as pd
 import plotly.graph_objects as go  # type: ignore[import-untyped]
 
 from hpcbench.analysis.layouts_measured import OOM_SHOWN
-from hpcbench.analysis.report.plot import HOVER, Plot, bars_height, color, figure, finish, hover_data, label_bars
+from hpcbench.analysis.report.plot import (
+    Plot,
+    bars_height,
+    figure,
+    finish,
+    hover_data,
+    label_bars,
+    ms_bar,
+)
 
 if TYPE_CHECKING:
     from hpcbench.analysis.pipeline import Analysis
@@ -51,17 +59,7 @@ def layouts_figure(analysis: Analysis, stats: pd.DataFrame) -> Plot | None:
     custom = hover_data([f"{c} {lay}" for c, lay in zip(data["config"], data["layout"], strict=True)], ids)
     fig = go.Figure()
     for i, (name, column) in enumerate((("measured", "measured_ms"), ("predicted (layout model)", "predicted_ms"))):
-        fig.add_trace(
-            go.Bar(
-                y=ids,
-                x=data[column].to_numpy(dtype=float),
-                orientation="h",
-                name=name,
-                marker={"color": color(i)},
-                customdata=custom,
-                hovertemplate=HOVER + f"{name}: %{{x:.3g}} ms<extra></extra>",
-            )
-        )
+        fig.add_trace(ms_bar(ids, data[column].to_numpy(dtype=float), name, i, custom))
     fig.update_layout(barmode="group")
     label_bars(fig, ids, labels)
     fig.update_xaxes(title_text="t_iter (ms); layouts sorted by measured t_iter")

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -100,6 +100,19 @@ def hover_data(labels: Sequence[str], points: Sequence[str]) -> np.ndarray:
 
 def color(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def ms_bar(ids: Sequence[str], ms: Any, name: str, i: int, custom: np.ndarray) -> go.Bar:
+    """One series of horizontal bars in milliseconds, a bar per point, hovered as `name: x ms`."""
+    return go.Bar(
+        y=ids,
+        x=ms,
+        orientation="h",
+        name=name,
+        marker={"color": color(i)},
+        customdata=custom,
+        hovertemplate=HOVER + f"{name}: %{{x:.3g}} ms<extra></extra>",
+    )
 
 
 def legend_outside(fig: go.Figure, below: bool = False) -> None:
