@@ -17,7 +17,7 @@ predicted t_iter = the layout model's t_iter + rest. The data-parallel row is th
 calibration row: its error checks only the modelled exchange against its measured one.
 Layouts are ranked by samples/s (the most first; they train different global batches,
 batch_size × dp × fsdp, so t_iter alone does not rank them). A layout whose point ran out of
-memory (point file status "out_of_memory", manifest state "out of memory") is listed as such, with
+memory (point file status `out_of_memory`, manifest state "out of memory") is listed as such, with
 its predicted memory, and is not ranked. docs/analysis.md, "Parallel layouts".
 """
 
@@ -38,9 +38,9 @@ from hpcbench.analysis.model.collectives import LinkCost
 from hpcbench.analysis.model.derived import Derived
 from hpcbench.errors import HpcbenchError
 from hpcbench.spec import Point
+from hpcbench.store import schema
 from hpcbench.store.reader import PointData
 
-OUT_OF_MEMORY = "out_of_memory"  # the point status another part of hpcbench records (store, worker)
 MEASURED, OOM_SHOWN = "measured", "out of memory"
 COLUMNS = ["group", "config", "point", "layout", "status", "calibration", "ranks", "dp", "fsdp", "tp", "pp",
            "measured_t_iter_s", "measured_samples_per_s", "measured_tokens_per_s", "measured_peak_device_gib",
@@ -228,9 +228,9 @@ def _calibration(
 
 def out_of_memory_points(directory: Path, known: Sequence[str]) -> list[Point]:
     """The sweep's points that ran out of memory (the manifest's state "out of memory", or
-    status OUT_OF_MEMORY in their point file), other than `known` (the complete points)."""
+    status `out_of_memory` in their point file), other than `known` (the complete points)."""
     from hpcbench.store.status import result_status
-    from hpcbench.sweepdir.manifest import Manifest
+    from hpcbench.sweepdir.manifest import OUT_OF_MEMORY, Manifest
 
     try:
         manifest = Manifest.load(directory)
@@ -240,8 +240,7 @@ def out_of_memory_points(directory: Path, known: Sequence[str]) -> list[Point]:
     for entry in manifest.entries.values():
         if entry.id in known:
             continue
-        state = entry.state.replace(" ", "_")  # the manifest's state "out of memory"
-        lost = state == OUT_OF_MEMORY or result_status(directory / entry.result) == OUT_OF_MEMORY
+        lost = entry.state == OUT_OF_MEMORY or result_status(directory / entry.result) == schema.STATUS_OOM
         if not lost:
             continue
         try:
